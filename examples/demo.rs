@@ -1,0 +1,190 @@
+//! A tour of redis-rlock: reentrancy, a try_lock timeout, the watchdog carrying a job
+//! past its lease, and many workers incrementing a counter with no lost update.
+//!
+//! Uses `REDIS_URL` when set; otherwise starts a throwaway redis-server on a free
+//! loopback port and stops it at the end.
+//!
+//!     cargo run --example demo
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis_rlock::Client;
+
+/// A redis-server started for this demo, killed on drop.
+struct Throwaway {
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Throwaway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn start_redis() -> Result<(String, Throwaway), String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let dir = std::env::temp_dir().join(format!("rlock-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => "redis-server is not installed. On Debian or Ubuntu: \
+                 `sudo apt-get install -y redis-server`; or set REDIS_URL to a running Redis."
+                .to_string(),
+            _ => format!("cannot start redis-server: {e}"),
+        })?;
+    let server = Throwaway { child, dir };
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err("redis-server did not start within 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok((format!("redis://127.0.0.1:{port}"), server))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (url, _server) = match std::env::var("REDIS_URL") {
+        Ok(url) => (url, None),
+        Err(_) => match start_redis() {
+            Ok((url, s)) => {
+                println!("started a throwaway redis-server at {url}");
+                (url, Some(s))
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
+        },
+    };
+    let prefix = format!("rlock-demo:{}:", std::process::id());
+    let name = |n: &str| format!("{prefix}{n}");
+
+    // 1. Reentrancy: nested lock() calls in one task.
+    let client = Client::connect(&url).await?;
+    let lock = client.lock(name("reentrant"));
+    let outer = lock.lock().await?;
+    let inner = lock.lock().await?;
+    println!(
+        "1. reentrancy: hold count after two lock() calls = {}",
+        lock.hold_count().await?
+    );
+    inner.unlock().await?;
+    println!(
+        "   after one unlock: hold count = {}, locked = {}",
+        lock.hold_count().await?,
+        lock.is_locked().await?
+    );
+    outer.unlock().await?;
+    println!("   after both: locked = {}", lock.is_locked().await?);
+
+    // 2. try_lock with a wait: another task holds the lock, so we give up after 300 ms.
+    let held = lock.lock().await?;
+    let contender = lock.clone();
+    let (got, waited) = tokio::spawn(async move {
+        let start = Instant::now();
+        let got = contender
+            .try_lock_for(Duration::from_millis(300), None)
+            .await;
+        (got.map(|g| g.is_some()), start.elapsed())
+    })
+    .await?;
+    println!(
+        "2. try_lock_for(300 ms) from another task: acquired = {:?} after {waited:.0?}",
+        got?
+    );
+    held.unlock().await?;
+
+    // 3. The watchdog: a 1 s lease carries a 3 s job.
+    let short = Client::builder(&url)
+        .watchdog_timeout(Duration::from_secs(1))
+        .build()
+        .await?;
+    let job = short.lock(name("long-job"));
+    let guard = job.lock().await?;
+    for second in 1..=3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        println!(
+            "3. watchdog: {second} s into a job on a 1 s lease: locked = {}, ttl = {:?}, lost = {}",
+            job.is_locked().await?,
+            job.remaining_ttl().await?.unwrap_or_default(),
+            guard.is_lost()
+        );
+    }
+    guard.unlock().await?;
+
+    // 4. Mutual exclusion: 2 clients x 8 tasks x 25 non-atomic increments.
+    let raw = redis::Client::open(url.as_str())?;
+    let counter = name("counter");
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let c = Client::connect(&url).await?;
+        for _ in 0..8 {
+            let lock = c.lock(name("counter-lock"));
+            let raw = raw.clone();
+            let counter = counter.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut conn = raw.get_multiplexed_async_connection().await?;
+                for _ in 0..25 {
+                    let g = lock.lock().await?;
+                    let v: Option<i64> = redis::cmd("GET")
+                        .arg(&counter)
+                        .query_async(&mut conn)
+                        .await?;
+                    tokio::task::yield_now().await;
+                    let _: () = redis::cmd("SET")
+                        .arg(&counter)
+                        .arg(v.unwrap_or(0) + 1)
+                        .query_async(&mut conn)
+                        .await?;
+                    g.unlock().await?;
+                }
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+            }));
+        }
+    }
+    let start = Instant::now();
+    for t in tasks {
+        t.await?.map_err(|e| e.to_string())?;
+    }
+    let mut conn = raw.get_multiplexed_async_connection().await?;
+    let total: i64 = redis::cmd("GET")
+        .arg(&counter)
+        .query_async(&mut conn)
+        .await?;
+    println!(
+        "4. 16 workers x 25 increments under the lock: counter = {total} (expected 400) in {:.0?}",
+        start.elapsed()
+    );
+    let _: () = redis::cmd("DEL")
+        .arg(&counter)
+        .query_async(&mut conn)
+        .await?;
+    if total != 400 {
+        return Err("lost update".into());
+    }
+    Ok(())
+}

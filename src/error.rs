@@ -1,0 +1,142 @@
+//! The crate's one error type.
+
+use std::time::Duration;
+
+/// Every way an operation of this crate can fail.
+///
+/// Input mistakes (`EmptyName`, `InvalidLease`, ...) are reported before anything is sent
+/// to Redis, so they never change a lock's state.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A lock name was empty.
+    #[error("lock name is empty")]
+    EmptyName,
+
+    /// A lock name was longer than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes.
+    #[error("lock name is {len} bytes long; the limit is {max} bytes")]
+    NameTooLong {
+        /// Length of the rejected name in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+
+    /// A lease was zero, or otherwise unusable.
+    #[error("invalid lease {lease:?}: {reason}")]
+    InvalidLease {
+        /// The rejected lease.
+        lease: Duration,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// A duration does not fit Redis's millisecond range
+    /// (see [`MAX_DURATION`](crate::MAX_DURATION)).
+    #[error("{what} of {duration:?} is beyond Redis's millisecond range (at most {max:?})")]
+    DurationOutOfRange {
+        /// Which argument: "lease", "wait", "watchdog timeout", ...
+        what: &'static str,
+        /// The rejected duration.
+        duration: Duration,
+        /// The largest accepted duration.
+        max: Duration,
+    },
+
+    /// A client setting was rejected.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+
+    /// The key at the lock's name holds a value that is not a hash.
+    #[error("key `{key}` holds a value of another type than a lock hash (WRONGTYPE)")]
+    WrongType {
+        /// The key.
+        key: String,
+    },
+
+    /// An unlock by an owner that does not hold the lock (never held it, the lease
+    /// expired, or somebody force-unlocked it).
+    #[error("lock `{name}` is not held by owner `{owner}`")]
+    NotHeld {
+        /// The lock's name.
+        name: String,
+        /// The holder field that tried to unlock: `<client uuid>:<owner id>`.
+        owner: String,
+    },
+
+    /// The watchdog found the lock gone or owned by someone else; this guard no longer
+    /// protects anything.
+    #[error("lock `{name}` was lost while held (lease expired or taken over)")]
+    LeaseLost {
+        /// The lock's name.
+        name: String,
+    },
+
+    /// Redis refused the command for lack of ACL rights.
+    #[error("permission denied by Redis ACL: {message}")]
+    PermissionDenied {
+        /// Redis's own message.
+        message: String,
+    },
+
+    /// Redis did not answer in time.
+    #[error("Redis did not answer within {after:?} ({op})")]
+    Timeout {
+        /// What was being done.
+        op: &'static str,
+        /// The timeout that ran out.
+        after: Duration,
+    },
+
+    /// Redis cannot be reached, or the connection broke.
+    #[error("Redis is unreachable: {0}")]
+    Unavailable(#[source] redis::RedisError),
+
+    /// Any other error reported by Redis or the driver.
+    #[error("Redis error: {0}")]
+    Redis(#[source] redis::RedisError),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Classifies a driver error. `key` names the lock the command touched, so that a
+    /// WRONGTYPE reply can say which key is wrong.
+    pub(crate) fn from_redis(err: redis::RedisError, key: &str, timeout: Duration) -> Error {
+        let code = err.code().unwrap_or("");
+        let text = err.to_string();
+        if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
+            return Error::WrongType {
+                key: key.to_string(),
+            };
+        }
+        // Scripts report ACL refusals with an ERR prefix, top-level commands with NOPERM.
+        if code == "NOPERM"
+            || text.contains("NOPERM")
+            || text.contains("The user executing the script can't")
+        {
+            return Error::PermissionDenied { message: text };
+        }
+        if err.is_timeout() {
+            return Error::Timeout {
+                op: "command",
+                after: timeout,
+            };
+        }
+        if err.is_io_error()
+            || err.is_connection_refusal()
+            || err.is_connection_dropped()
+            || err.is_unrecoverable_error()
+        {
+            return Error::Unavailable(err);
+        }
+        Error::Redis(err)
+    }
+
+    /// True for errors that say nothing about the lock itself, only that Redis could not
+    /// be asked (timeouts, broken connections). Such errors are worth a retry later.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Timeout { .. } | Error::Unavailable(_))
+    }
+}

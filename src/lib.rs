@@ -1,0 +1,55 @@
+//! Distributed reentrant locks on Redis, compatible with Redisson's `RLock`.
+//!
+//! A lock named `orders:42` is a Redis hash at key `orders:42`; its field is the holder,
+//! `<client uuid>:<owner id>`, and its value the hold count. A Rust service using this
+//! crate and a Java service using Redisson's `RLock` exclude each other on the same name.
+//! The key, field, channel, message and scripts are specified in `docs/protocol.md`.
+//!
+//! - Reentrant per tokio task: nested [`Lock::lock`] calls in one task re-enter; other
+//!   tasks, in this process or any other, wait (see [`OwnerId`]).
+//! - A watchdog renews locks taken without a lease until they are released, and tells
+//!   the holder at once through [`LockGuard::lost`] when a lock was lost anyway.
+//! - Waiters sleep on one shared pub/sub connection per client and are woken by the
+//!   unlock message; each wait is also bounded by the holder's TTL.
+//! - Every future is cancel safe: dropping it leaves no hold and no subscription behind.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_rlock::Client;
+//!
+//! # async fn demo() -> redis_rlock::Result<()> {
+//! let client = Client::connect("redis://127.0.0.1:6379").await?;
+//! let lock = client.lock("orders:42");
+//!
+//! let guard = lock.lock().await?;
+//! // ... only one holder at a time runs this ...
+//! guard.unlock().await?;
+//!
+//! match lock.try_lock_for(Duration::from_millis(500), Some(Duration::from_secs(10))).await? {
+//!     Some(guard) => guard.unlock().await?,
+//!     None => println!("busy for 500 ms; giving up"),
+//! }
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+mod client;
+mod error;
+mod identity;
+mod inflight;
+mod lock;
+mod pubsub;
+mod raw;
+mod scripts;
+mod watchdog;
+
+pub use client::{
+    Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_WATCHDOG_TIMEOUT,
+};
+pub use error::{Error, Result};
+pub use identity::OwnerId;
+pub use lock::{Lock, LockGuard, MAX_DURATION, MAX_NAME_LEN};
+pub use raw::{channel_name, UNLOCK_MESSAGE};
+pub use watchdog::BATCH as RENEW_BATCH;

@@ -1,0 +1,574 @@
+//! The lock handle users call, and the guard they hold.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::client::{Client, ClientInner};
+use crate::error::{Error, Result};
+use crate::identity::{holder_field, OwnerId};
+use crate::inflight::Completing;
+use crate::raw::{self, Attempt, Release};
+use crate::watchdog::WatchEntry;
+
+/// Longest lock name accepted, in bytes. Redis would take more, but a name this long is
+/// almost surely a bug, and every waiter and renewal would carry it.
+pub const MAX_NAME_LEN: usize = 64 * 1024;
+
+/// Longest lease, wait or timeout accepted: 2^62 ms (about 146 million years). Redis
+/// rejects expiry times that overflow its signed 64-bit millisecond clock; this limit
+/// keeps well inside it.
+pub const MAX_DURATION: Duration = Duration::from_millis(1 << 62);
+
+pub(crate) fn check_duration(what: &'static str, d: Duration) -> Result<()> {
+    if d > MAX_DURATION {
+        return Err(Error::DurationOutOfRange {
+            what,
+            duration: d,
+            max: MAX_DURATION,
+        });
+    }
+    Ok(())
+}
+
+fn check_lease(lease: Duration) -> Result<()> {
+    if lease.is_zero() {
+        return Err(Error::InvalidLease {
+            lease,
+            reason: "a zero lease would expire before anyone could use the lock",
+        });
+    }
+    if lease < Duration::from_millis(1) {
+        return Err(Error::InvalidLease {
+            lease,
+            reason: "Redis counts leases in whole milliseconds; the least is 1 ms",
+        });
+    }
+    check_duration("lease", lease)
+}
+
+/// How long an acquisition may wait.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// One attempt.
+    No,
+    /// Until this instant (`None`: forever).
+    Until(Option<Instant>),
+}
+
+/// A named distributed lock, reentrant per tokio task (see [`OwnerId`]).
+///
+/// Made by [`Client::lock`]; cheap to clone. Every method that takes the lock returns a
+/// [`LockGuard`] that releases one hold.
+///
+/// # Cancellation
+///
+/// All methods are cancel safe: dropping a pending `lock()` or `try_lock_for()` future
+/// never leaves a hold behind. If the acquire request was already sent, it finishes in the
+/// background and the hold it took, if any, is released there. The waiter's pub/sub
+/// subscription is dropped with the future.
+///
+/// ```no_run
+/// # async fn demo() -> redis_rlock::Result<()> {
+/// use std::time::Duration;
+/// let client = redis_rlock::Client::connect("redis://127.0.0.1:6379").await?;
+/// let lock = client.lock("orders:42");
+///
+/// let outer = lock.lock().await?;          // waits; the watchdog keeps the lease alive
+/// let inner = lock.lock().await?;          // same task: re-enters, hold count 2
+/// assert_eq!(lock.hold_count().await?, 2);
+/// inner.unlock().await?;                   // hold count 1, still locked
+/// outer.unlock().await?;                   // released; one waiter is woken
+///
+/// if let Some(g) = lock.try_lock_for(Duration::from_millis(500), Some(Duration::from_secs(10))).await? {
+///     // held for at most 10 s, no watchdog
+///     g.unlock().await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    client: Client,
+    name: Arc<str>,
+    channel: Arc<str>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock").field("name", &self.name).finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: String) -> Lock {
+        let channel = raw::channel_name(&name).into();
+        Lock {
+            client,
+            name: name.into(),
+            channel,
+        }
+    }
+
+    /// The lock's name, which is also its Redis key.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The lock's pub/sub channel, `redisson_lock__channel:{<name>}`.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    fn check_name(&self) -> Result<()> {
+        if self.name.is_empty() {
+            return Err(Error::EmptyName);
+        }
+        if self.name.len() > MAX_NAME_LEN {
+            return Err(Error::NameTooLong {
+                len: self.name.len(),
+                max: MAX_NAME_LEN,
+            });
+        }
+        Ok(())
+    }
+
+    fn inner(&self) -> &Arc<ClientInner> {
+        &self.client.inner
+    }
+
+    fn current_field(&self) -> (OwnerId, Arc<str>) {
+        let owner = OwnerId::current();
+        (owner, holder_field(&self.inner().id, owner).into())
+    }
+
+    /// Waits until the lock is taken. The lease is the client's watchdog timeout, and the
+    /// watchdog renews it until the guard is released (see [`LockGuard::lost`]).
+    ///
+    /// Waits without limit; use [`try_lock_for`](Self::try_lock_for) to bound the wait.
+    pub async fn lock(&self) -> Result<LockGuard> {
+        self.acquire(None, Wait::Until(None))
+            .await?
+            .ok_or_else(unreachable_none)
+    }
+
+    /// Waits until the lock is taken, with a fixed lease and no watchdog: the lock
+    /// expires `lease` after it was taken unless released before.
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire(Some(lease), Wait::Until(None))
+            .await?
+            .ok_or_else(unreachable_none)
+    }
+
+    /// One attempt, no waiting. `Ok(None)` when someone else holds the lock. The lock is
+    /// kept by the watchdog.
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(None, Wait::No).await
+    }
+
+    /// Tries for at most `wait` (Redisson's `tryLock(wait, lease)`). `lease: None` means
+    /// a watchdog lease; `Some(lease)` a fixed one. Returns `Ok(None)` once `wait` has
+    /// passed, measured on the monotonic clock, without the lock. A zero `wait` makes one
+    /// attempt.
+    pub async fn try_lock_for(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        check_duration("wait", wait)?;
+        let until = Instant::now().checked_add(wait);
+        self.acquire(
+            lease,
+            if wait.is_zero() {
+                Wait::No
+            } else {
+                Wait::Until(until)
+            },
+        )
+        .await
+    }
+
+    async fn acquire(&self, lease: Option<Duration>, wait: Wait) -> Result<Option<LockGuard>> {
+        self.check_name()?;
+        if let Some(l) = lease {
+            check_lease(l)?;
+        }
+        let (owner, field) = self.current_field();
+        let span = tracing::debug_span!("acquire", lock = %self.name, owner = %field);
+        self.acquire_as(owner, field, lease, wait)
+            .instrument(span)
+            .await
+    }
+
+    async fn acquire_as(
+        &self,
+        owner: OwnerId,
+        field: Arc<str>,
+        lease: Option<Duration>,
+        wait: Wait,
+    ) -> Result<Option<LockGuard>> {
+        let mut ttl = match self.attempt(owner, &field, lease).await? {
+            Ok(guard) => return Ok(Some(guard)),
+            Err(ttl) => ttl,
+        };
+        let deadline = match wait {
+            Wait::No => return Ok(None),
+            Wait::Until(d) => d,
+        };
+        tracing::debug!(?ttl, "lock busy; waiting");
+        let started = Instant::now();
+        let mut sub = self.inner().pubsub.subscribe(&self.channel);
+        // The unlock may have happened between the first attempt and the subscription;
+        // the attempt right after the SUBSCRIBE is confirmed covers that window.
+        let Some(bound) = self.bound(ttl, deadline) else {
+            return Ok(None);
+        };
+        sub.ready(bound).await;
+        loop {
+            match self.attempt(owner, &field, lease).await? {
+                Ok(guard) => {
+                    sub.wake_used();
+                    tracing::debug!(waited = ?started.elapsed(), "acquired after waiting");
+                    return Ok(Some(guard));
+                }
+                Err(t) => {
+                    sub.wake_used();
+                    ttl = t;
+                }
+            }
+            let Some(bound) = self.bound(ttl, deadline) else {
+                tracing::debug!(waited = ?started.elapsed(), "wait ran out");
+                return Ok(None);
+            };
+            sub.woken(bound).await;
+        }
+    }
+
+    /// How long to sleep before the next attempt: until the holder's lease runs out or
+    /// the deadline comes, whichever is first. `None` when the deadline has passed.
+    fn bound(&self, ttl: Option<Duration>, deadline: Option<Instant>) -> Option<Duration> {
+        // A key without expiry was not written by a lease lock; check back now and then.
+        let ttl = ttl
+            .unwrap_or(self.inner().config.watchdog_timeout)
+            .max(Duration::from_millis(1));
+        match deadline {
+            None => Some(ttl),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    None
+                } else {
+                    Some(ttl.min(left))
+                }
+            }
+        }
+    }
+
+    /// One acquire round trip. `Err(ttl)` (inside `Ok`) when the lock is busy.
+    async fn attempt(
+        &self,
+        owner: OwnerId,
+        field: &Arc<str>,
+        lease: Option<Duration>,
+    ) -> Result<Result<LockGuard, Option<Duration>>> {
+        let inner = self.inner().clone();
+        let effective = lease.unwrap_or(inner.config.watchdog_timeout);
+        let sent = Instant::now();
+        let request = {
+            let (inner, name, field) = (inner.clone(), self.name.clone(), field.clone());
+            async move { raw::acquire(&inner.conn, &name, &field, effective).await }
+        };
+        let orphan = {
+            let (inner, name, channel, field) = (
+                inner.clone(),
+                self.name.clone(),
+                self.channel.clone(),
+                field.clone(),
+            );
+            move |outcome: Result<Attempt>| async move {
+                if let Ok(Attempt::Acquired) = outcome {
+                    let keep = inner
+                        .watchdog
+                        .is_registered(&name, &field)
+                        .then(|| inner.watchdog.lease());
+                    let undo = raw::release(&inner.conn, &name, &channel, &field, keep).await;
+                    tracing::debug!(lock = %name, ?undo, "released a hold taken by a cancelled acquire");
+                }
+            }
+        };
+        let outcome = Completing::new(inner.runtime.clone(), request, orphan).await?;
+        match outcome {
+            Attempt::Busy(ttl) => Ok(Err(ttl)),
+            Attempt::Acquired => {
+                let kind = match lease {
+                    None => GuardKind::Watchdog(inner.watchdog.register(&self.name, field, sent)),
+                    Some(l) => GuardKind::Lease { expires: sent + l },
+                };
+                tracing::debug!(lease = ?effective, watchdog = lease.is_none(), "lock acquired");
+                Ok(Ok(LockGuard {
+                    state: Some(GuardState {
+                        client: self.client.clone(),
+                        name: self.name.clone(),
+                        channel: self.channel.clone(),
+                        field: field.clone(),
+                        owner,
+                        kind,
+                    }),
+                }))
+            }
+        }
+    }
+
+    /// Deletes the lock whoever holds it, and wakes a waiter. Returns whether a lock was
+    /// deleted. Guards of this client on this name report [`lost`](LockGuard::lost).
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.check_name()?;
+        let inner = self.inner();
+        inner.watchdog.forget_name(&self.name);
+        let deleted = raw::force_release(&inner.conn, &self.name, &self.channel).await?;
+        tracing::debug!(lock = %self.name, deleted, "force unlock");
+        Ok(deleted)
+    }
+
+    /// Whether anyone holds the lock now.
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.check_name()?;
+        let reply = raw::query(
+            &self.inner().conn,
+            &self.name,
+            redis::cmd("EXISTS").arg(&*self.name).clone(),
+        )
+        .await?;
+        Ok(reply == redis::Value::Int(1))
+    }
+
+    /// Whether the calling task (or thread) holds the lock.
+    pub async fn is_held_by_current_task(&self) -> Result<bool> {
+        Ok(self.hold_count().await? > 0)
+    }
+
+    /// How many holds the calling task (or thread) has on the lock; 0 if none.
+    pub async fn hold_count(&self) -> Result<u32> {
+        self.check_name()?;
+        let (_, field) = self.current_field();
+        let reply = raw::query(
+            &self.inner().conn,
+            &self.name,
+            redis::cmd("HGET").arg(&*self.name).arg(&*field).clone(),
+        )
+        .await?;
+        Ok(redis::from_redis_value::<Option<u32>>(reply)
+            .map_err(|e| Error::Redis(e.into()))?
+            .unwrap_or(0))
+    }
+
+    /// Time until the lock expires: `None` when it is not locked. A key without expiry
+    /// (not written by a lease lock) reports `Duration::MAX`.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.check_name()?;
+        let reply = raw::query(
+            &self.inner().conn,
+            &self.name,
+            redis::cmd("PTTL").arg(&*self.name).clone(),
+        )
+        .await?;
+        let ms: i64 = redis::from_redis_value(reply).map_err(|e| Error::Redis(e.into()))?;
+        Ok(match ms {
+            -2 => None,
+            ms if ms < 0 => Some(Duration::MAX),
+            ms => Some(Duration::from_millis(ms as u64)),
+        })
+    }
+}
+
+fn unreachable_none() -> Error {
+    // An unbounded wait only returns with the lock or an error.
+    Error::InvalidConfig("internal: unbounded wait returned without the lock".into())
+}
+
+enum GuardKind {
+    /// Renewed by the watchdog; lost when the watchdog says so.
+    Watchdog(Arc<WatchEntry>),
+    /// Fixed lease; surely gone at `expires` (measured from when the acquire was sent).
+    Lease { expires: Instant },
+}
+
+struct GuardState {
+    client: Client,
+    name: Arc<str>,
+    channel: Arc<str>,
+    field: Arc<str>,
+    owner: OwnerId,
+    kind: GuardKind,
+}
+
+/// One hold of a [`Lock`].
+///
+/// Release it with [`unlock`](Self::unlock) to see errors. Dropping it releases the hold
+/// in the background (errors are logged with `tracing`), and never panics; without a
+/// running tokio runtime the hold simply expires with its lease.
+///
+/// The guard remembers the owner id it was taken with, so it releases the right hold
+/// even when moved to another task.
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    state: Option<GuardState>,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("LockGuard");
+        if let Some(s) = &self.state {
+            d.field("name", &s.name).field("holder", &s.field);
+        }
+        d.finish()
+    }
+}
+
+impl LockGuard {
+    fn state(&self) -> &GuardState {
+        // Only unlock() and drop() take the state, and both consume the guard.
+        self.state
+            .as_ref()
+            .expect("guard state is present until unlock or drop")
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.state().name
+    }
+
+    /// The owner id the lock was taken with.
+    pub fn owner(&self) -> OwnerId {
+        self.state().owner
+    }
+
+    /// The holder field written in the lock hash: `<client uuid>:<owner id>`.
+    pub fn holder_field(&self) -> &str {
+        &self.state().field
+    }
+
+    /// Whether the watchdog renews this hold (taken without an explicit lease).
+    pub fn is_watchdog(&self) -> bool {
+        matches!(self.state().kind, GuardKind::Watchdog(_))
+    }
+
+    /// Whether the lock is known to be lost: the watchdog found it gone or taken over,
+    /// or could not renew it before its lease ran out, or (for a fixed lease) the lease
+    /// has run out.
+    pub fn is_lost(&self) -> bool {
+        match &self.state().kind {
+            GuardKind::Watchdog(e) => e.lost.is_set(),
+            GuardKind::Lease { expires } => Instant::now() >= *expires,
+        }
+    }
+
+    /// Completes when the lock is lost (see [`is_lost`](Self::is_lost)); pending forever
+    /// while it is held. Race it against the critical section to stop work that is no
+    /// longer protected:
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: redis_rlock::Lock) -> redis_rlock::Result<()> {
+    /// # async fn long_job() {}
+    /// let guard = lock.lock().await?;
+    /// tokio::select! {
+    ///     _ = long_job() => guard.unlock().await?,
+    ///     _ = guard.lost() => eprintln!("lock lost; job abandoned"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) {
+        match &self.state().kind {
+            GuardKind::Watchdog(e) => e.lost.wait().await,
+            GuardKind::Lease { expires } => tokio::time::sleep_until(*expires).await,
+        }
+    }
+
+    /// Releases this hold and reports the outcome. [`Error::NotHeld`] means the lock had
+    /// expired or was taken over before; [`Error::LeaseLost`] that the watchdog already
+    /// knew so, and nothing was sent.
+    ///
+    /// Cancel safe: if this future is dropped after the unlock was sent, it completes in
+    /// the background.
+    pub async fn unlock(mut self) -> Result<()> {
+        let Some(state) = self.state.take() else {
+            return Ok(());
+        };
+        let span = tracing::debug_span!("release", lock = %state.name, owner = %state.field);
+        async move {
+            let Some(keep) = state.begin_release() else {
+                return Err(Error::LeaseLost {
+                    name: state.name.to_string(),
+                });
+            };
+            let inner = state.client.inner.clone();
+            let request = {
+                let (inner, name, channel, field) = (
+                    inner.clone(),
+                    state.name.clone(),
+                    state.channel.clone(),
+                    state.field.clone(),
+                );
+                async move { raw::release(&inner.conn, &name, &channel, &field, keep).await }
+            };
+            let orphan = |outcome: Result<Release>| async move {
+                tracing::debug!(?outcome, "unlock finished after its caller left");
+            };
+            match Completing::new(inner.runtime.clone(), request, orphan).await? {
+                Release::NotHeld => Err(Error::NotHeld {
+                    name: state.name.to_string(),
+                    owner: state.field.to_string(),
+                }),
+                r => {
+                    tracing::debug!(released = (r == Release::Released), "unlocked");
+                    Ok(())
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+impl GuardState {
+    /// Deregisters this hold from the watchdog, synchronously, before anything is sent.
+    /// Returns the lease to keep on the key if holds remain (`Some(None)`: leave the TTL),
+    /// or `None` when the watchdog already found the lock lost.
+    fn begin_release(&self) -> Option<Option<Duration>> {
+        let wd = &self.client.inner.watchdog;
+        if let GuardKind::Watchdog(entry) = &self.kind {
+            wd.release(entry);
+            if entry.lost.is_set() {
+                return None;
+            }
+        }
+        Some(
+            wd.is_registered(&self.name, &self.field)
+                .then(|| wd.lease()),
+        )
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some(state) = self.state.take() else {
+            return;
+        };
+        let Some(keep) = state.begin_release() else {
+            return;
+        };
+        let inner = state.client.inner.clone();
+        let runtime = inner.runtime.clone();
+        runtime.spawn(async move {
+            let r = raw::release(&inner.conn, &state.name, &state.channel, &state.field, keep).await;
+            match r {
+                Ok(Release::NotHeld) => {
+                    tracing::warn!(lock = %state.name, owner = %state.field, "dropped guard: lock was no longer held")
+                }
+                Ok(_) => tracing::debug!(lock = %state.name, "dropped guard released the lock"),
+                Err(e) => tracing::warn!(lock = %state.name, error = %e, "dropped guard could not unlock; the lease will expire"),
+            }
+        });
+    }
+}

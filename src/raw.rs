@@ -1,0 +1,187 @@
+//! The raw protocol: one function per script, no guards, no waiting.
+//!
+//! Kept apart from [`crate::lock`] the way `lock_api` keeps `RawMutex` apart from its
+//! guards: everything here is one round trip on a [`Conn`], with the reply decoded.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::client::Conn;
+use crate::error::{Error, Result};
+use crate::scripts::{ACQUIRE, FORCE_UNLOCK, RENEW, UNLOCK};
+
+/// The message published on a lock's channel when it is released (Redisson's
+/// `LockPubSub.UNLOCK_MESSAGE`).
+pub const UNLOCK_MESSAGE: &str = "0";
+
+/// The pub/sub channel of the lock `name`: `redisson_lock__channel:{<name>}`, or without
+/// the braces when the name carries its own hash tag (Redisson's `prefixName`).
+pub fn channel_name(name: &str) -> String {
+    if name.contains('{') {
+        format!("redisson_lock__channel:{name}")
+    } else {
+        format!("redisson_lock__channel:{{{name}}}")
+    }
+}
+
+/// Outcome of one acquire attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// The caller now holds the lock (one more hold).
+    Acquired,
+    /// Someone else holds it; the value is its PTTL (`None` if the key has no expiry).
+    Busy(Option<Duration>),
+}
+
+/// Outcome of one unlock call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// The caller held nothing.
+    NotHeld,
+    /// One hold released, others remain.
+    StillHeld,
+    /// The last hold released; the key is deleted and waiters were told.
+    Released,
+}
+
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn unexpected(what: &str, v: &Value) -> Error {
+    Error::Redis(redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected reply",
+        format!("{what} script answered {v:?}"),
+    )))
+}
+
+pub(crate) async fn acquire(
+    conn: &Conn,
+    name: &str,
+    field: &str,
+    lease: Duration,
+) -> Result<Attempt> {
+    let reply = ACQUIRE
+        .call()
+        .key(name)
+        .arg(ms(lease))
+        .arg(field)
+        .run(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
+    match reply {
+        Value::Nil => Ok(Attempt::Acquired),
+        ref v => match int(v) {
+            Some(ttl) if ttl >= 0 => Ok(Attempt::Busy(Some(Duration::from_millis(ttl as u64)))),
+            // -1: a hash without expiry, written by someone else; -2 cannot happen (the
+            // script saw the key), but would mean "gone" and a retry is right either way.
+            Some(-2) => Ok(Attempt::Busy(Some(Duration::ZERO))),
+            Some(_) => Ok(Attempt::Busy(None)),
+            None => Err(unexpected("acquire", v)),
+        },
+    }
+}
+
+pub(crate) async fn release(
+    conn: &Conn,
+    name: &str,
+    channel: &str,
+    field: &str,
+    remaining_lease: Option<Duration>,
+) -> Result<Release> {
+    let reply = UNLOCK
+        .call()
+        .key(name)
+        .key(channel)
+        .arg(UNLOCK_MESSAGE)
+        .arg(remaining_lease.map(ms).unwrap_or(0))
+        .arg(field)
+        .run(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
+    match reply {
+        Value::Nil => Ok(Release::NotHeld),
+        ref v => match int(v) {
+            Some(0) => Ok(Release::StillHeld),
+            Some(1) => Ok(Release::Released),
+            _ => Err(unexpected("unlock", v)),
+        },
+    }
+}
+
+/// Renews a batch of `(name, field)` pairs; `true` where the lease was extended.
+pub(crate) async fn renew(
+    conn: &Conn,
+    batch: &[(&str, &str)],
+    lease: Duration,
+) -> Result<Vec<bool>> {
+    let mut call = RENEW.call();
+    for (name, _) in batch {
+        call = call.key(name);
+    }
+    call = call.arg(ms(lease));
+    for (_, field) in batch {
+        call = call.arg(field);
+    }
+    let first = batch.first().map(|b| b.0).unwrap_or("");
+    let reply = call
+        .run(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, first, conn.response_timeout))?;
+    match reply {
+        Value::Array(items) if items.len() == batch.len() => {
+            Ok(items.iter().map(|v| int(v) == Some(1)).collect())
+        }
+        ref v => Err(unexpected("renew", v)),
+    }
+}
+
+pub(crate) async fn force_release(conn: &Conn, name: &str, channel: &str) -> Result<bool> {
+    let reply = FORCE_UNLOCK
+        .call()
+        .key(name)
+        .key(channel)
+        .arg(UNLOCK_MESSAGE)
+        .run(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
+    match int(&reply) {
+        Some(n) => Ok(n == 1),
+        None => Err(unexpected("force unlock", &reply)),
+    }
+}
+
+/// Runs a plain command that reads the lock's key.
+pub(crate) async fn query(conn: &Conn, name: &str, cmd: redis::Cmd) -> Result<Value> {
+    conn.query(&cmd)
+        .await
+        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_follows_redisson_layout() {
+        assert_eq!(
+            channel_name("orders:42"),
+            "redisson_lock__channel:{orders:42}"
+        );
+        assert_eq!(
+            channel_name("{user1}:cart"),
+            "redisson_lock__channel:{user1}:cart"
+        );
+    }
+}

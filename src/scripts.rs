@@ -1,0 +1,105 @@
+//! The Lua scripts of the protocol, compiled in from `lua/` and hashed once.
+//!
+//! Calls go out as `EVALSHA`; a server that does not know the script yet (fresh start,
+//! `SCRIPT FLUSH`, failover to a replica that never saw it) answers `NOSCRIPT`, and the
+//! call is sent once more as `EVAL`, which also caches the script for the next time.
+
+use once_cell::sync::Lazy;
+use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
+
+use crate::client::Conn;
+
+/// One script: its source and SHA1, computed once per process.
+pub(crate) struct LuaScript {
+    source: &'static str,
+    sha: String,
+}
+
+impl LuaScript {
+    fn new(source: &'static str) -> Self {
+        LuaScript {
+            source,
+            sha: redis::Script::new(source).get_hash().to_string(),
+        }
+    }
+
+    /// A call of this script with `keys` and `args`, ready to send.
+    pub(crate) fn call(&'static self) -> ScriptCall {
+        ScriptCall {
+            script: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+}
+
+/// The acquire script (`lua/acquire.lua`).
+pub(crate) static ACQUIRE: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/acquire.lua")));
+/// The unlock script (`lua/unlock.lua`).
+pub(crate) static UNLOCK: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/unlock.lua")));
+/// The batched renewal script (`lua/renew.lua`).
+pub(crate) static RENEW: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/renew.lua")));
+/// The force-unlock script (`lua/force_unlock.lua`).
+pub(crate) static FORCE_UNLOCK: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/force_unlock.lua")));
+
+/// Keys and arguments for one script call. Owns its data so the call can outlive the
+/// caller's future (see [`crate::inflight`]).
+pub(crate) struct ScriptCall {
+    script: &'static LuaScript,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl ScriptCall {
+    pub(crate) fn key(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.keys.push(key.as_ref().to_vec());
+        self
+    }
+
+    pub(crate) fn arg(mut self, arg: impl std::fmt::Display) -> Self {
+        self.args.push(arg.to_string().into_bytes());
+        self
+    }
+
+    fn command(&self, by_sha: bool) -> Cmd {
+        let mut cmd = if by_sha {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(&self.script.sha);
+            c
+        } else {
+            let mut c = redis::cmd("EVAL");
+            c.arg(self.script.source);
+            c
+        };
+        cmd.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+        cmd
+    }
+
+    /// Sends the call by SHA, falling back to the full source on `NOSCRIPT`.
+    pub(crate) async fn run(self, conn: &Conn) -> RedisResult<Value> {
+        match conn.query(&self.command(true)).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                conn.query(&self.command(false)).await
+            }
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_are_sha1_hex() {
+        for s in [&*ACQUIRE, &*UNLOCK, &*RENEW, &*FORCE_UNLOCK] {
+            assert_eq!(s.sha.len(), 40);
+            assert!(s.sha.chars().all(|c| c.is_ascii_hexdigit()));
+        }
+        assert_ne!(ACQUIRE.sha, UNLOCK.sha);
+    }
+}

@@ -1,0 +1,282 @@
+//! The watchdog: one timer per client that keeps the leases of held locks alive.
+//!
+//! Every `watchdog_timeout / 3` the timer renews every registered `(name, holder field)`
+//! with one script call per [`BATCH`] keys. Registration happens synchronously when an
+//! acquire reply arrives, before `lock()` returns; deregistration happens synchronously
+//! when the last hold's unlock starts, before the unlock is sent. So no renewal can be
+//! scheduled after an unlock (Redisson #7272), and the renew script itself only extends a
+//! key whose field is still ours.
+//!
+//! A renewal that finds the key gone or owned by another field marks the entry lost and
+//! wakes every guard waiting in [`LockGuard::lost`](crate::LockGuard::lost). A renewal
+//! that fails (timeout, broken connection) keeps the entry and tries again next period,
+//! unless the lease it last confirmed has run out by then: then the lock may already be
+//! someone else's, and the entry is marked lost rather than assumed held.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::client::{Config, Conn};
+use crate::raw;
+
+/// Keys renewed by one script call (Redisson's `lockWatchdogBatchSize`).
+pub const BATCH: usize = 100;
+
+/// A one-way flag, set when a held lock turns out to be lost.
+#[derive(Default)]
+pub(crate) struct LostSignal {
+    flag: AtomicBool,
+    notify: Notify,
+}
+
+impl LostSignal {
+    pub(crate) fn set(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn is_set(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    pub(crate) async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a set() in between is not missed.
+            notified.as_mut().enable();
+            if self.is_set() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One lock held in watchdog mode by one holder of this client.
+pub(crate) struct WatchEntry {
+    pub(crate) name: Arc<str>,
+    pub(crate) field: Arc<str>,
+    pub(crate) lost: LostSignal,
+    /// The latest moment the lease is known to last: send time of the last successful
+    /// acquire or renewal, plus the lease. Measured on our monotonic clock, from when the
+    /// request was sent, so it errs early.
+    valid_until: Mutex<Instant>,
+}
+
+impl WatchEntry {
+    fn extend(&self, until: Instant) {
+        let mut v = self.valid_until.lock();
+        if until > *v {
+            *v = until;
+        }
+    }
+
+    fn valid_until(&self) -> Instant {
+        *self.valid_until.lock()
+    }
+}
+
+/// `(lock name, holder field)`.
+type SlotKey = (Arc<str>, Arc<str>);
+
+struct Slot {
+    holds: u32,
+    entry: Arc<WatchEntry>,
+}
+
+struct Shared {
+    conn: Conn,
+    lease: Duration,
+    slots: Mutex<HashMap<SlotKey, Slot>>,
+    passes: std::sync::atomic::AtomicU64,
+}
+
+/// The per-client registry of watchdog locks, and its timer.
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+}
+
+impl Watchdog {
+    pub(crate) fn start(conn: Conn, config: &Config, runtime: &Handle) -> Watchdog {
+        let shared = Arc::new(Shared {
+            conn,
+            lease: config.watchdog_timeout,
+            slots: Mutex::new(HashMap::new()),
+            passes: Default::default(),
+        });
+        let weak = Arc::downgrade(&shared);
+        let period = config.watchdog_timeout / 3;
+        runtime.spawn(timer(weak, period, runtime.clone()));
+        Watchdog { shared }
+    }
+
+    /// Records one more watchdog hold of `(name, field)`, acquired by a request sent at
+    /// `sent_at`. Returns the entry the guard keeps.
+    pub(crate) fn register(
+        &self,
+        name: &Arc<str>,
+        field: &Arc<str>,
+        sent_at: Instant,
+    ) -> Arc<WatchEntry> {
+        let until = sent_at + self.shared.lease;
+        let mut slots = self.shared.slots.lock();
+        let slot = slots
+            .entry((name.clone(), field.clone()))
+            .or_insert_with(|| Slot {
+                holds: 0,
+                entry: Arc::new(WatchEntry {
+                    name: name.clone(),
+                    field: field.clone(),
+                    lost: LostSignal::default(),
+                    valid_until: Mutex::new(until),
+                }),
+            });
+        slot.holds += 1;
+        slot.entry.extend(until);
+        slot.entry.clone()
+    }
+
+    /// Drops one hold of `entry`. Returns true while the holder keeps watchdog holds of
+    /// this lock (so a partial unlock should keep the watchdog lease on the key).
+    pub(crate) fn release(&self, entry: &Arc<WatchEntry>) -> bool {
+        let mut slots = self.shared.slots.lock();
+        let key = (entry.name.clone(), entry.field.clone());
+        match slots.get_mut(&key) {
+            // Only the entry this guard registered: a lost-and-replaced entry is not ours.
+            Some(slot) if Arc::ptr_eq(&slot.entry, entry) => {
+                slot.holds -= 1;
+                if slot.holds == 0 {
+                    slots.remove(&key);
+                    false
+                } else {
+                    true
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// True if `(name, field)` has watchdog holds.
+    pub(crate) fn is_registered(&self, name: &Arc<str>, field: &Arc<str>) -> bool {
+        self.shared
+            .slots
+            .lock()
+            .contains_key(&(name.clone(), field.clone()))
+    }
+
+    /// Forgets every holder of `name` (after a force unlock), marking them lost.
+    pub(crate) fn forget_name(&self, name: &str) {
+        let mut slots = self.shared.slots.lock();
+        slots.retain(|(n, _), slot| {
+            if &**n == name {
+                slot.entry.lost.set();
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// The watchdog lease.
+    pub(crate) fn lease(&self) -> Duration {
+        self.shared.lease
+    }
+
+    /// Number of locks registered now.
+    #[allow(dead_code)]
+    pub(crate) fn len(&self) -> usize {
+        self.shared.slots.lock().len()
+    }
+}
+
+async fn timer(weak: Weak<Shared>, period: Duration, runtime: Handle) {
+    let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        // Each pass runs on its own: a slow Redis must not delay the next period's
+        // renewals or its lost-lease checks.
+        runtime.spawn(async move { shared.pass().await });
+    }
+}
+
+impl Shared {
+    async fn pass(self: Arc<Self>) {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        {
+            let slots = self.slots.lock();
+            for slot in slots.values() {
+                if slot.entry.valid_until() <= now {
+                    // Renewing now could revive a lock someone else may have had meanwhile.
+                    due.push((slot.entry.clone(), false));
+                } else {
+                    due.push((slot.entry.clone(), true));
+                }
+            }
+        }
+        if due.is_empty() {
+            return;
+        }
+        self.passes.fetch_add(1, Ordering::Relaxed);
+        let mut live = Vec::with_capacity(due.len());
+        for (entry, renewable) in due {
+            if renewable {
+                live.push(entry);
+            } else {
+                self.mark_lost(&entry, "lease ran out before a renewal succeeded");
+            }
+        }
+        let batches = live.chunks(BATCH).map(|chunk| self.renew_batch(chunk));
+        futures_util::future::join_all(batches).await;
+    }
+
+    async fn renew_batch(&self, chunk: &[Arc<WatchEntry>]) {
+        let sent = Instant::now();
+        let pairs: Vec<(&str, &str)> = chunk.iter().map(|e| (&*e.name, &*e.field)).collect();
+        match raw::renew(&self.conn, &pairs, self.lease).await {
+            Ok(results) => {
+                for (entry, renewed) in chunk.iter().zip(results) {
+                    if renewed {
+                        entry.extend(sent + self.lease);
+                        tracing::trace!(lock = %entry.name, "lease renewed");
+                    } else {
+                        self.mark_lost(entry, "key gone or held by another owner");
+                    }
+                }
+            }
+            Err(err) => {
+                tracing::warn!(locks = chunk.len(), error = %err, "lease renewal failed; retrying next period");
+                let now = Instant::now();
+                for entry in chunk {
+                    if entry.valid_until() <= now {
+                        self.mark_lost(entry, "lease ran out before a renewal succeeded");
+                    }
+                }
+            }
+        }
+    }
+
+    fn mark_lost(&self, entry: &Arc<WatchEntry>, why: &'static str) {
+        let mut slots = self.slots.lock();
+        let key = (entry.name.clone(), entry.field.clone());
+        // An entry unlocked meanwhile is not lost, just finished.
+        if matches!(slots.get(&key), Some(slot) if Arc::ptr_eq(&slot.entry, entry)) {
+            slots.remove(&key);
+            drop(slots);
+            tracing::warn!(lock = %entry.name, owner = %entry.field, reason = why, "lock lost while held");
+            entry.lost.set();
+        }
+    }
+}

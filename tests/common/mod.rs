@@ -1,0 +1,281 @@
+//! Test harness: real redis-server processes on free loopback ports, and helpers to run
+//! a second OS process from the same test binary.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// The redis-server binary: `REDIS_SERVER` or the one on PATH.
+pub fn redis_server_bin() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    l.local_addr().unwrap().port()
+}
+
+/// One redis-server process, killed and cleaned up on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    pub dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra command-line arguments; retries on a port race.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let dir = std::env::temp_dir().join(format!(
+            "rlock-test-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        for _ in 0..10 {
+            let port = free_port();
+            let mut s = RedisServer {
+                child: None,
+                port,
+                dir: dir.clone(),
+                extra: extra.clone(),
+            };
+            if s.spawn() {
+                return s;
+            }
+        }
+        panic!(
+            "could not start redis-server on a free port; see logs under {}",
+            dir.display()
+        );
+    }
+
+    fn spawn(&mut self) -> bool {
+        let mut cmd = Command::new(redis_server_bin());
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join(format!("redis-{}.log", self.port)))
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+                "redis-server not found. Install it (Debian/Ubuntu: `sudo apt-get install -y redis-server`) \
+                 or point REDIS_SERVER at a binary."
+            ),
+            Err(e) => panic!("cannot start redis-server: {e}"),
+        };
+        self.child = Some(child);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                let _ = status;
+                self.child = None;
+                return false; // most likely the port was taken meanwhile
+            }
+            if self.ping() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.kill();
+        false
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        s.set_read_timeout(Some(Duration::from_millis(500))).ok();
+        if s.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 7];
+        s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILLs the server.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (after `kill`).
+    pub fn restart(&mut self) {
+        self.kill();
+        let start = Instant::now();
+        while !self.spawn() {
+            assert!(start.elapsed() < Duration::from_secs(10), "restart failed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
+    }
+
+    /// A plain synchronous connection for checking state with raw commands.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .expect("raw connection")
+    }
+
+    /// Runs one raw command.
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut c = redis::cmd(args[0]);
+        for a in &args[1..] {
+            c.arg(*a);
+        }
+        c.query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    /// Subscribers of `channel` on the server (PUBSUB NUMSUB).
+    pub fn numsub(&self, channel: &str) -> i64 {
+        let v: Vec<redis::Value> = self.cmd(&["PUBSUB", "NUMSUB", channel]);
+        redis::from_redis_value(v[1].clone()).unwrap()
+    }
+
+    /// Calls of a command since start (INFO commandstats).
+    pub fn calls(&self, command: &str) -> u64 {
+        let info: String = self.cmd(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Polls `cond` until it holds or `limit` passes; returns whether it held.
+pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Env var that turns a test binary run into a child worker.
+pub const CHILD_ENV: &str = "RLOCK_CHILD_ROLE";
+
+/// A child process running `test_name` of the current test binary with `role`.
+pub struct ChildProc {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl ChildProc {
+    pub fn spawn(test_name: &str, role: &str, envs: &[(&str, String)]) -> ChildProc {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = Command::new(exe);
+        cmd.args([test_name, "--exact", "--nocapture", "--test-threads", "1"])
+            .env(CHILD_ENV, role)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn child test process");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        ChildProc { child, lines: rx }
+    }
+
+    /// Waits for a line containing `prefix` printed by the child; returns it.
+    pub fn expect_line(&mut self, prefix: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(prefix) => return l,
+                Ok(_) => continue,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(Duration::from_millis(200));
+                    panic!(
+                        "child closed its output before printing `{prefix}`; status {:?}",
+                        self.child.try_wait()
+                    )
+                }
+                Err(_) => panic!("child did not print `{prefix}` within {limit:?}"),
+            }
+        }
+    }
+
+    pub fn wait_success(mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "child failed: {st}");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "child did not finish within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ChildProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Writes a line the parent can wait for, flushed at once.
+pub fn tell_parent(line: &str) {
+    let mut out = std::io::stdout().lock();
+    // libtest may have left "test name ... " unterminated on this line.
+    writeln!(out, "\n{line}").unwrap();
+    out.flush().unwrap();
+}
