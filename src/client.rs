@@ -191,8 +191,6 @@ impl std::fmt::Debug for Client {
 #[derive(Clone)]
 pub(crate) struct Conn {
     manager: ConnectionManager,
-    /// Upper bound on one request, reconnecting included: never wait longer than this.
-    limit: Duration,
     pub(crate) response_timeout: Duration,
 }
 
@@ -220,21 +218,19 @@ impl Conn {
         .map_err(|e| Error::from_redis(e, "", config.connect_timeout))?;
         Ok(Conn {
             manager,
-            limit,
             response_timeout: config.response_timeout,
         })
     }
 
-    /// Sends one command and returns its reply, within `limit` whatever happens.
+    /// Sends one command and returns its reply. Bounded without a timer of our own: the
+    /// driver enforces the response timeout, and a reconnect is one attempt (two at most)
+    /// of at most the connect timeout.
     pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         let mut manager = self.manager.clone();
-        match tokio::time::timeout(self.limit, manager.send_packed_command(cmd)).await {
-            // Server errors arrive as values; make them errors here, once for all callers.
-            Ok(r) => r.and_then(|v| v.extract_error()),
-            Err(_) => Err(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "request timed out",
-            ))),
-        }
+        // Server errors arrive as values; make them errors here, once for all callers.
+        manager
+            .send_packed_command(cmd)
+            .await
+            .and_then(|v| v.extract_error())
     }
 }

@@ -234,6 +234,7 @@ async fn actor(
             if !sleep_draining(&mut rx, &mut pending, backoff).await {
                 return;
             }
+            backoff = (backoff * 2).min(Duration::from_secs(1));
             continue;
         }
         subscribed.extend(wanted);
