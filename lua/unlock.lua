@@ -1,10 +1,18 @@
--- Release one hold of a lock.
+-- Release one hold of a lock, at most once per request id.
 -- KEYS[1]  lock hash
 -- KEYS[2]  unlock channel: redisson_lock__channel:{<name>}
+-- KEYS[3]  unlock latch: redisson_unlock_latch:{<name>}:<request id>
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[3]  holder field
--- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was released.
+-- ARGV[4]  how long the latch is kept, in ms
+-- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
+-- released. A retry with the same request id (its first reply was lost) gets the first
+-- outcome again instead of counting down twice.
+local done = redis.call('get', KEYS[3])
+if done then
+    return tonumber(done)
+end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end
@@ -13,8 +21,10 @@ if left > 0 then
     if tonumber(ARGV[2]) > 0 then
         redis.call('pexpire', KEYS[1], ARGV[2])
     end
+    redis.call('set', KEYS[3], 0, 'px', ARGV[4])
     return 0
 end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], ARGV[1])
+redis.call('set', KEYS[3], 1, 'px', ARGV[4])
 return 1

@@ -51,5 +51,5 @@ pub use client::{
 pub use error::{Error, Result};
 pub use identity::OwnerId;
 pub use lock::{Lock, LockGuard, MAX_DURATION, MAX_NAME_LEN};
-pub use raw::{channel_name, UNLOCK_MESSAGE};
+pub use raw::{channel_name, token_key, UNLOCK_MESSAGE};
 pub use watchdog::BATCH as RENEW_BATCH;

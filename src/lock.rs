@@ -10,7 +10,7 @@ use crate::client::{Client, ClientInner};
 use crate::error::{Error, Result};
 use crate::identity::{holder_field, OwnerId};
 use crate::inflight::Completing;
-use crate::raw::{self, Attempt, Release};
+use crate::raw::{self, Attempt, Release, ReleaseCall};
 use crate::watchdog::WatchEntry;
 
 /// Longest lock name accepted, in bytes. Redis would take more, but a name this long is
@@ -93,6 +93,7 @@ pub struct Lock {
     client: Client,
     name: Arc<str>,
     channel: Arc<str>,
+    token_key: Arc<str>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -104,10 +105,12 @@ impl std::fmt::Debug for Lock {
 impl Lock {
     pub(crate) fn new(client: Client, name: String) -> Lock {
         let channel = raw::channel_name(&name).into();
+        let token_key = raw::token_key(&name).into();
         Lock {
             client,
             name: name.into(),
             channel,
+            token_key,
         }
     }
 
@@ -276,8 +279,13 @@ impl Lock {
         let effective = lease.unwrap_or(inner.config.watchdog_timeout);
         let sent = Instant::now();
         let request = {
-            let (inner, name, field) = (inner.clone(), self.name.clone(), field.clone());
-            async move { raw::acquire(&inner.conn, &name, &field, effective).await }
+            let (inner, name, token_key, field) = (
+                inner.clone(),
+                self.name.clone(),
+                self.token_key.clone(),
+                field.clone(),
+            );
+            async move { raw::acquire(&inner.conn, &name, &token_key, &field, effective).await }
         };
         let orphan = {
             let (inner, name, channel, field) = (
@@ -287,12 +295,12 @@ impl Lock {
                 field.clone(),
             );
             move |outcome: Result<Attempt>| async move {
-                if let Ok(Attempt::Acquired) = outcome {
+                if let Ok(Attempt::Acquired(_)) = outcome {
                     let keep = inner
                         .watchdog
                         .is_registered(&name, &field)
                         .then(|| inner.watchdog.lease());
-                    let undo = raw::release(&inner.conn, &name, &channel, &field, keep).await;
+                    let undo = release_hold(&inner, &name, &channel, &field, keep).await;
                     tracing::debug!(lock = %name, ?undo, "released a hold taken by a cancelled acquire");
                 }
             }
@@ -300,12 +308,12 @@ impl Lock {
         let outcome = Completing::new(inner.runtime.clone(), request, orphan).await?;
         match outcome {
             Attempt::Busy(ttl) => Ok(Err(ttl)),
-            Attempt::Acquired => {
+            Attempt::Acquired(token) => {
                 let kind = match lease {
                     None => GuardKind::Watchdog(inner.watchdog.register(&self.name, field, sent)),
                     Some(l) => GuardKind::Lease { expires: sent + l },
                 };
-                tracing::debug!(lease = ?effective, watchdog = lease.is_none(), "lock acquired");
+                tracing::debug!(lease = ?effective, watchdog = lease.is_none(), token, "lock acquired");
                 Ok(Ok(LockGuard {
                     state: Some(GuardState {
                         client: self.client.clone(),
@@ -313,6 +321,7 @@ impl Lock {
                         channel: self.channel.clone(),
                         field: field.clone(),
                         owner,
+                        token,
                         kind,
                     }),
                 }))
@@ -382,6 +391,54 @@ impl Lock {
     }
 }
 
+/// How many times one unlock is sent when its reply is lost (timeout, broken connection).
+const UNLOCK_ATTEMPTS: u32 = 3;
+
+/// Releases one hold. A transient failure is retried with the same request id, so a
+/// retry of an unlock that did run replays its outcome instead of counting down twice.
+async fn release_hold(
+    inner: &Arc<ClientInner>,
+    name: &str,
+    channel: &str,
+    field: &str,
+    keep: Option<Duration>,
+) -> Result<Release> {
+    let request_id = uuid::Uuid::new_v4().simple().to_string();
+    let latch = raw::latch_key(name, &request_id);
+    let cfg = &inner.config;
+    // Long enough to outlive every retry of this call, short enough not to pile up.
+    let latch_ttl = (cfg.response_timeout + cfg.connect_timeout) * (UNLOCK_ATTEMPTS + 1);
+    let call = ReleaseCall {
+        name,
+        channel,
+        latch: &latch,
+        field,
+        keep,
+        latch_ttl,
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match raw::release(&inner.conn, &call).await {
+            Ok(r) => {
+                if r != Release::NotHeld {
+                    // The latch only matters to retries of this call, which are over.
+                    let conn = inner.conn.clone();
+                    inner.runtime.spawn(async move {
+                        let _ = conn.query(redis::cmd("DEL").arg(&latch)).await;
+                    });
+                }
+                return Ok(r);
+            }
+            Err(e) if e.is_transient() && attempt < UNLOCK_ATTEMPTS => {
+                tracing::debug!(attempt, error = %e, "unlock reply lost; retrying with the same request id");
+                tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn unreachable_none() -> Error {
     // An unbounded wait only returns with the lock or an error.
     Error::InvalidConfig("internal: unbounded wait returned without the lock".into())
@@ -400,6 +457,7 @@ struct GuardState {
     channel: Arc<str>,
     field: Arc<str>,
     owner: OwnerId,
+    token: u64,
     kind: GuardKind,
 }
 
@@ -447,6 +505,13 @@ impl LockGuard {
     /// The holder field written in the lock hash: `<client uuid>:<owner id>`.
     pub fn holder_field(&self) -> &str {
         &self.state().field
+    }
+
+    /// The fencing token of this acquisition: larger than every token issued before for
+    /// this lock name, by any client. Pass it to the protected resource, which should
+    /// refuse any token lower than the highest it has seen (see `docs/guarantees.md`).
+    pub fn fencing_token(&self) -> u64 {
+        self.state().token
     }
 
     /// Whether the watchdog renews this hold (taken without an explicit lease).
@@ -510,7 +575,7 @@ impl LockGuard {
                     state.channel.clone(),
                     state.field.clone(),
                 );
-                async move { raw::release(&inner.conn, &name, &channel, &field, keep).await }
+                async move { release_hold(&inner, &name, &channel, &field, keep).await }
             };
             let orphan = |outcome: Result<Release>| async move {
                 tracing::debug!(?outcome, "unlock finished after its caller left");
@@ -561,7 +626,7 @@ impl Drop for LockGuard {
         let inner = state.client.inner.clone();
         let runtime = inner.runtime.clone();
         runtime.spawn(async move {
-            let r = raw::release(&inner.conn, &state.name, &state.channel, &state.field, keep).await;
+            let r = release_hold(&inner, &state.name, &state.channel, &state.field, keep).await;
             match r {
                 Ok(Release::NotHeld) => {
                     tracing::warn!(lock = %state.name, owner = %state.field, "dropped guard: lock was no longer held")

@@ -15,21 +15,38 @@ use crate::scripts::{ACQUIRE, FORCE_UNLOCK, RENEW, UNLOCK};
 /// `LockPubSub.UNLOCK_MESSAGE`).
 pub const UNLOCK_MESSAGE: &str = "0";
 
-/// The pub/sub channel of the lock `name`: `redisson_lock__channel:{<name>}`, or without
-/// the braces when the name carries its own hash tag (Redisson's `prefixName`).
-pub fn channel_name(name: &str) -> String {
+/// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
+/// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster slot.
+fn prefixed(prefix: &str, name: &str) -> String {
     if name.contains('{') {
-        format!("redisson_lock__channel:{name}")
+        format!("{prefix}:{name}")
     } else {
-        format!("redisson_lock__channel:{{{name}}}")
+        format!("{prefix}:{{{name}}}")
     }
+}
+
+/// The pub/sub channel of the lock `name`: `redisson_lock__channel:{<name>}`.
+pub fn channel_name(name: &str) -> String {
+    prefixed("redisson_lock__channel", name)
+}
+
+/// The fencing token counter of the lock `name`: `redisson_lock_token:{<name>}`, the key
+/// Redisson's fenced lock uses.
+pub fn token_key(name: &str) -> String {
+    prefixed("redisson_lock_token", name)
+}
+
+/// The latch that makes one unlock request idempotent:
+/// `redisson_unlock_latch:{<name>}:<request id>`.
+pub(crate) fn latch_key(name: &str, request_id: &str) -> String {
+    format!("{}:{request_id}", prefixed("redisson_unlock_latch", name))
 }
 
 /// Outcome of one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// The caller now holds the lock (one more hold).
-    Acquired,
+    /// The caller now holds the lock (one more hold), with this fencing token.
+    Acquired(u64),
     /// Someone else holds it; the value is its PTTL (`None` if the key has no expiry).
     Busy(Option<Duration>),
 }
@@ -69,47 +86,61 @@ fn unexpected(what: &str, v: &Value) -> Error {
 pub(crate) async fn acquire(
     conn: &Conn,
     name: &str,
+    token_key: &str,
     field: &str,
     lease: Duration,
 ) -> Result<Attempt> {
     let reply = ACQUIRE
         .call()
         .key(name)
+        .key(token_key)
         .arg(ms(lease))
         .arg(field)
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
-    match reply {
-        Value::Nil => Ok(Attempt::Acquired),
-        ref v => match int(v) {
-            Some(ttl) if ttl >= 0 => Ok(Attempt::Busy(Some(Duration::from_millis(ttl as u64)))),
-            // -1: a hash without expiry, written by someone else; -2 cannot happen (the
-            // script saw the key), but would mean "gone" and a retry is right either way.
-            Some(-2) => Ok(Attempt::Busy(Some(Duration::ZERO))),
-            Some(_) => Ok(Attempt::Busy(None)),
-            None => Err(unexpected("acquire", v)),
-        },
+    let pair = match &reply {
+        Value::Array(items) if items.len() == 2 => (int(&items[0]), int(&items[1])),
+        _ => (None, None),
+    };
+    match pair {
+        (Some(1), Some(token)) if token > 0 => Ok(Attempt::Acquired(token as u64)),
+        (Some(0), Some(ttl)) if ttl >= 0 => {
+            Ok(Attempt::Busy(Some(Duration::from_millis(ttl as u64))))
+        }
+        // -1: a hash without expiry, written by someone else; -2 cannot happen (the
+        // script saw the key), but would mean "gone", and a retry is right either way.
+        (Some(0), Some(-2)) => Ok(Attempt::Busy(Some(Duration::ZERO))),
+        (Some(0), Some(_)) => Ok(Attempt::Busy(None)),
+        _ => Err(unexpected("acquire", &reply)),
     }
 }
 
-pub(crate) async fn release(
-    conn: &Conn,
-    name: &str,
-    channel: &str,
-    field: &str,
-    remaining_lease: Option<Duration>,
-) -> Result<Release> {
+/// The unlock script's inputs: which hold to release, and the request id that makes a
+/// retry of the same call replay its first outcome.
+pub(crate) struct ReleaseCall<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) channel: &'a str,
+    pub(crate) latch: &'a str,
+    pub(crate) field: &'a str,
+    /// Lease to keep on the key while holds remain (`None`: leave the TTL).
+    pub(crate) keep: Option<Duration>,
+    pub(crate) latch_ttl: Duration,
+}
+
+pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Release> {
     let reply = UNLOCK
         .call()
-        .key(name)
-        .key(channel)
+        .key(call.name)
+        .key(call.channel)
+        .key(call.latch)
         .arg(UNLOCK_MESSAGE)
-        .arg(remaining_lease.map(ms).unwrap_or(0))
-        .arg(field)
+        .arg(call.keep.map(ms).unwrap_or(0))
+        .arg(call.field)
+        .arg(ms(call.latch_ttl).max(1))
         .run(conn)
         .await
-        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
+        .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
     match reply {
         Value::Nil => Ok(Release::NotHeld),
         ref v => match int(v) {

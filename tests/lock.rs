@@ -682,8 +682,8 @@ async fn redis_unreachable_fails_within_the_timeouts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_denial_is_reported_as_permission_denied() {
     let s = RedisServer::start();
-    // Scripts declare the channel as a key too (Redisson does), so the key pattern
-    // must cover it.
+    // Scripts declare the channel, the token counter and the unlock latch as keys too
+    // (Redisson does), so the key patterns must cover them.
     let _: () = s.cmd(&[
         "ACL",
         "SETUSER",
@@ -691,7 +691,7 @@ async fn acl_denial_is_reported_as_permission_denied() {
         "on",
         ">pw",
         "~app:*",
-        "~redisson_lock__channel:{app:*",
+        "~redisson_*:{app:*",
         "&*",
         "+@all",
     ]);
@@ -822,4 +822,73 @@ async fn force_unlock_wakes_a_waiter_and_marks_local_guards_lost() {
         .unwrap()
         .unwrap();
     assert!(!a.lock("forced").force_unlock().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_rise_with_every_acquisition() {
+    let s = RedisServer::start();
+    let a = client(&s).await;
+    let b = client(&s).await;
+    let mut last = 0;
+    for round in 0..5 {
+        let c = if round % 2 == 0 { &a } else { &b };
+        let outer = c.lock("fenced").lock().await.unwrap();
+        let inner = c.lock("fenced").try_lock().await.unwrap().unwrap();
+        assert!(
+            outer.fencing_token() > last,
+            "{} after {last}",
+            outer.fencing_token()
+        );
+        assert!(
+            inner.fencing_token() > outer.fencing_token(),
+            "re-entry gets a new token"
+        );
+        last = inner.fencing_token();
+        inner.unlock().await.unwrap();
+        outer.unlock().await.unwrap();
+    }
+    let key = redis_rlock::token_key("fenced");
+    assert_eq!(key, "redisson_lock_token:{fenced}");
+    assert_eq!(s.cmd::<u64>(&["GET", &key]), last);
+    assert_eq!(
+        s.cmd::<i64>(&["PTTL", &key]),
+        -1,
+        "the counter must outlive the lock"
+    );
+    // A counter of the wrong type fails the acquire and writes nothing.
+    let _: () = s.cmd(&["SET", "redisson_lock_token:{odd}", "not-a-number"]);
+    assert!(a.lock("odd").lock().await.is_err());
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "odd"]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_unlock_whose_reply_was_lost_counts_down_once() {
+    let s = RedisServer::start();
+    let c = Client::builder(&s.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let lock = c.lock("idem");
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 2);
+    // Writes stall for longer than the response timeout: the first unlock times out, the
+    // retry queues behind it, and both run when the pause ends.
+    let _: () = s.cmd(&["CLIENT", "PAUSE", "700", "WRITE"]);
+    inner
+        .unlock()
+        .await
+        .expect("the retry must replay the first outcome");
+    assert_eq!(lock.hold_count().await.unwrap(), 1, "counted down twice");
+    outer.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "idem"]), 0);
+    // The latches are cleaned up after use.
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            s.cmd::<Vec<String>>(&["KEYS", "redisson_unlock_latch:*"])
+                .is_empty()
+        })
+        .await
+    );
 }
