@@ -2,6 +2,7 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  unlock channel: redisson_lock__channel:{<name>}
 -- KEYS[3]  unlock latch: redisson_unlock_latch:{<name>}:<request id>
+-- KEYS[4]  the acquire latch of the hold being released (deleted: its retries are over)
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[3]  holder field
@@ -13,6 +14,7 @@ local done = redis.call('get', KEYS[3])
 if done then
     return tonumber(done)
 end
+redis.call('del', KEYS[4])
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
 end

@@ -142,6 +142,14 @@ pub(crate) struct ClientInner {
     pub(crate) runtime: Handle,
 }
 
+impl ClientInner {
+    /// How long a request latch is kept: long enough to outlive every retry of its
+    /// request, short enough not to pile up.
+    pub(crate) fn latch_ttl(&self) -> Duration {
+        (self.config.response_timeout + self.config.connect_timeout) * 4
+    }
+}
+
 impl Client {
     /// Connects with default settings. See [`ClientBuilder::build`].
     pub async fn connect(url: &str) -> Result<Client> {

@@ -139,4 +139,15 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Timeout { .. } | Error::Unavailable(_))
     }
+
+    /// True when the request may have run on the server although no reply came back
+    /// (a timeout, or a connection that broke after it was sent). A refused connection
+    /// sent nothing.
+    pub(crate) fn may_have_run(&self) -> bool {
+        match self {
+            Error::Timeout { .. } => true,
+            Error::Unavailable(e) => !e.is_connection_refusal(),
+            _ => false,
+        }
+    }
 }

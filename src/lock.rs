@@ -268,7 +268,8 @@ impl Lock {
         }
     }
 
-    /// One acquire round trip. `Err(ttl)` (inside `Ok`) when the lock is busy.
+    /// One acquire request (retried with the same request id when its reply may have been
+    /// lost). `Err(ttl)` (inside `Ok`) when the lock is busy.
     async fn attempt(
         &self,
         owner: OwnerId,
@@ -277,31 +278,47 @@ impl Lock {
     ) -> Result<Result<LockGuard, Option<Duration>>> {
         let inner = self.inner().clone();
         let effective = lease.unwrap_or(inner.config.watchdog_timeout);
+        let hold = Hold {
+            name: self.name.clone(),
+            channel: self.channel.clone(),
+            field: field.clone(),
+            acquire_latch: raw::acquire_latch_key(&self.name, &raw::request_id()).into(),
+        };
         let sent = Instant::now();
         let request = {
-            let (inner, name, token_key, field) = (
-                inner.clone(),
-                self.name.clone(),
-                self.token_key.clone(),
-                field.clone(),
-            );
-            async move { raw::acquire(&inner.conn, &name, &token_key, &field, effective).await }
+            let (inner, hold, token_key) = (inner.clone(), hold.clone(), self.token_key.clone());
+            async move {
+                let call = raw::AcquireCall {
+                    name: &hold.name,
+                    token_key: &token_key,
+                    latch: &hold.acquire_latch,
+                    field: &hold.field,
+                    lease: effective,
+                    latch_ttl: inner.latch_ttl(),
+                };
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    match raw::acquire(&inner.conn, &call).await {
+                        Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
+                            tracing::debug!(attempt, error = %e, "acquire reply lost; retrying with the same request id");
+                            tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
+                        }
+                        other => return other,
+                    }
+                }
+            }
         };
         let orphan = {
-            let (inner, name, channel, field) = (
-                inner.clone(),
-                self.name.clone(),
-                self.channel.clone(),
-                field.clone(),
-            );
+            let (inner, hold) = (inner.clone(), hold.clone());
             move |outcome: Result<Attempt>| async move {
                 if let Ok(Attempt::Acquired(_)) = outcome {
                     let keep = inner
                         .watchdog
-                        .is_registered(&name, &field)
+                        .is_registered(&hold.name, &hold.field)
                         .then(|| inner.watchdog.lease());
-                    let undo = release_hold(&inner, &name, &channel, &field, keep).await;
-                    tracing::debug!(lock = %name, ?undo, "released a hold taken by a cancelled acquire");
+                    let undo = release_hold(&inner, &hold, keep).await;
+                    tracing::debug!(lock = %hold.name, ?undo, "released a hold taken by a cancelled acquire");
                 }
             }
         };
@@ -317,9 +334,7 @@ impl Lock {
                 Ok(Ok(LockGuard {
                     state: Some(GuardState {
                         client: self.client.clone(),
-                        name: self.name.clone(),
-                        channel: self.channel.clone(),
-                        field: field.clone(),
+                        hold,
                         owner,
                         token,
                         kind,
@@ -391,30 +406,36 @@ impl Lock {
     }
 }
 
-/// How many times one unlock is sent when its reply is lost (timeout, broken connection).
-const UNLOCK_ATTEMPTS: u32 = 3;
+/// How many times one acquire or unlock is sent when its reply may have been lost
+/// (timeout, broken connection).
+const ATTEMPTS: u32 = 3;
+
+/// What identifies one hold on the server: enough to release it exactly once.
+#[derive(Clone)]
+struct Hold {
+    name: Arc<str>,
+    channel: Arc<str>,
+    field: Arc<str>,
+    /// The latch of the acquire request that took this hold; its unlock deletes it.
+    acquire_latch: Arc<str>,
+}
 
 /// Releases one hold. A transient failure is retried with the same request id, so a
 /// retry of an unlock that did run replays its outcome instead of counting down twice.
 async fn release_hold(
     inner: &Arc<ClientInner>,
-    name: &str,
-    channel: &str,
-    field: &str,
+    hold: &Hold,
     keep: Option<Duration>,
 ) -> Result<Release> {
-    let request_id = uuid::Uuid::new_v4().simple().to_string();
-    let latch = raw::latch_key(name, &request_id);
-    let cfg = &inner.config;
-    // Long enough to outlive every retry of this call, short enough not to pile up.
-    let latch_ttl = (cfg.response_timeout + cfg.connect_timeout) * (UNLOCK_ATTEMPTS + 1);
+    let latch = raw::latch_key(&hold.name, &raw::request_id());
     let call = ReleaseCall {
-        name,
-        channel,
+        name: &hold.name,
+        channel: &hold.channel,
         latch: &latch,
-        field,
+        acquire_latch: &hold.acquire_latch,
+        field: &hold.field,
         keep,
-        latch_ttl,
+        latch_ttl: inner.latch_ttl(),
     };
     let mut attempt = 0;
     loop {
@@ -430,7 +451,7 @@ async fn release_hold(
                 }
                 return Ok(r);
             }
-            Err(e) if e.is_transient() && attempt < UNLOCK_ATTEMPTS => {
+            Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                 tracing::debug!(attempt, error = %e, "unlock reply lost; retrying with the same request id");
                 tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
             }
@@ -453,9 +474,7 @@ enum GuardKind {
 
 struct GuardState {
     client: Client,
-    name: Arc<str>,
-    channel: Arc<str>,
-    field: Arc<str>,
+    hold: Hold,
     owner: OwnerId,
     token: u64,
     kind: GuardKind,
@@ -478,7 +497,7 @@ impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("LockGuard");
         if let Some(s) = &self.state {
-            d.field("name", &s.name).field("holder", &s.field);
+            d.field("name", &s.hold.name).field("holder", &s.hold.field);
         }
         d.finish()
     }
@@ -494,7 +513,7 @@ impl LockGuard {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.state().name
+        &self.state().hold.name
     }
 
     /// The owner id the lock was taken with.
@@ -504,7 +523,7 @@ impl LockGuard {
 
     /// The holder field written in the lock hash: `<client uuid>:<owner id>`.
     pub fn holder_field(&self) -> &str {
-        &self.state().field
+        &self.state().hold.field
     }
 
     /// The fencing token of this acquisition: larger than every token issued before for
@@ -560,30 +579,26 @@ impl LockGuard {
         let Some(state) = self.state.take() else {
             return Ok(());
         };
-        let span = tracing::debug_span!("release", lock = %state.name, owner = %state.field);
+        let span =
+            tracing::debug_span!("release", lock = %state.hold.name, owner = %state.hold.field);
         async move {
             let Some(keep) = state.begin_release() else {
                 return Err(Error::LeaseLost {
-                    name: state.name.to_string(),
+                    name: state.hold.name.to_string(),
                 });
             };
             let inner = state.client.inner.clone();
             let request = {
-                let (inner, name, channel, field) = (
-                    inner.clone(),
-                    state.name.clone(),
-                    state.channel.clone(),
-                    state.field.clone(),
-                );
-                async move { release_hold(&inner, &name, &channel, &field, keep).await }
+                let (inner, hold) = (inner.clone(), state.hold.clone());
+                async move { release_hold(&inner, &hold, keep).await }
             };
             let orphan = |outcome: Result<Release>| async move {
                 tracing::debug!(?outcome, "unlock finished after its caller left");
             };
             match Completing::new(inner.runtime.clone(), request, orphan).await? {
                 Release::NotHeld => Err(Error::NotHeld {
-                    name: state.name.to_string(),
-                    owner: state.field.to_string(),
+                    name: state.hold.name.to_string(),
+                    owner: state.hold.field.to_string(),
                 }),
                 r => {
                     tracing::debug!(released = (r == Release::Released), "unlocked");
@@ -609,7 +624,7 @@ impl GuardState {
             }
         }
         Some(
-            wd.is_registered(&self.name, &self.field)
+            wd.is_registered(&self.hold.name, &self.hold.field)
                 .then(|| wd.lease()),
         )
     }
@@ -626,13 +641,13 @@ impl Drop for LockGuard {
         let inner = state.client.inner.clone();
         let runtime = inner.runtime.clone();
         runtime.spawn(async move {
-            let r = release_hold(&inner, &state.name, &state.channel, &state.field, keep).await;
+            let r = release_hold(&inner, &state.hold, keep).await;
             match r {
                 Ok(Release::NotHeld) => {
-                    tracing::warn!(lock = %state.name, owner = %state.field, "dropped guard: lock was no longer held")
+                    tracing::warn!(lock = %state.hold.name, owner = %state.hold.field, "dropped guard: lock was no longer held")
                 }
-                Ok(_) => tracing::debug!(lock = %state.name, "dropped guard released the lock"),
-                Err(e) => tracing::warn!(lock = %state.name, error = %e, "dropped guard could not unlock; the lease will expire"),
+                Ok(_) => tracing::debug!(lock = %state.hold.name, "dropped guard released the lock"),
+                Err(e) => tracing::warn!(lock = %state.hold.name, error = %e, "dropped guard could not unlock; the lease will expire"),
             }
         });
     }

@@ -37,9 +37,20 @@ pub fn token_key(name: &str) -> String {
 }
 
 /// The latch that makes one unlock request idempotent:
-/// `redisson_unlock_latch:{<name>}:<request id>`.
+/// `redisson_unlock_latch:{<name>}:<request id>` (Redisson's layout).
 pub(crate) fn latch_key(name: &str, request_id: &str) -> String {
     format!("{}:{request_id}", prefixed("redisson_unlock_latch", name))
+}
+
+/// The latch that makes one acquire request idempotent (this crate's own key):
+/// `redisson_acquire_latch:{<name>}:<request id>`.
+pub(crate) fn acquire_latch_key(name: &str, request_id: &str) -> String {
+    format!("{}:{request_id}", prefixed("redisson_acquire_latch", name))
+}
+
+/// A fresh random request id: 32 hex digits.
+pub(crate) fn request_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 /// Outcome of one acquire attempt.
@@ -83,22 +94,28 @@ fn unexpected(what: &str, v: &Value) -> Error {
     )))
 }
 
-pub(crate) async fn acquire(
-    conn: &Conn,
-    name: &str,
-    token_key: &str,
-    field: &str,
-    lease: Duration,
-) -> Result<Attempt> {
+/// The acquire script's inputs.
+pub(crate) struct AcquireCall<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) token_key: &'a str,
+    pub(crate) latch: &'a str,
+    pub(crate) field: &'a str,
+    pub(crate) lease: Duration,
+    pub(crate) latch_ttl: Duration,
+}
+
+pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attempt> {
     let reply = ACQUIRE
         .call()
-        .key(name)
-        .key(token_key)
-        .arg(ms(lease))
-        .arg(field)
+        .key(call.name)
+        .key(call.token_key)
+        .key(call.latch)
+        .arg(ms(call.lease))
+        .arg(call.field)
+        .arg(ms(call.latch_ttl).max(1))
         .run(conn)
         .await
-        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
+        .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
     let pair = match &reply {
         Value::Array(items) if items.len() == 2 => (int(&items[0]), int(&items[1])),
         _ => (None, None),
@@ -122,6 +139,8 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) name: &'a str,
     pub(crate) channel: &'a str,
     pub(crate) latch: &'a str,
+    /// The acquire latch of the hold being released.
+    pub(crate) acquire_latch: &'a str,
     pub(crate) field: &'a str,
     /// Lease to keep on the key while holds remain (`None`: leave the TTL).
     pub(crate) keep: Option<Duration>,
@@ -134,6 +153,7 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         .key(call.name)
         .key(call.channel)
         .key(call.latch)
+        .key(call.acquire_latch)
         .arg(UNLOCK_MESSAGE)
         .arg(call.keep.map(ms).unwrap_or(0))
         .arg(call.field)

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -130,6 +132,28 @@ impl RedisServer {
             assert!(start.elapsed() < Duration::from_secs(10), "restart failed");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, ...) to the server.
+    pub fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill -{sig} failed");
+    }
+
+    /// Runs one raw command, returning errors instead of panicking.
+    pub fn try_cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
+        let client = redis::Client::open(self.url())?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+        let mut c = redis::cmd(args[0]);
+        for a in &args[1..] {
+            c.arg(*a);
+        }
+        c.query(&mut conn)
     }
 
     pub fn pid(&self) -> u32 {
@@ -278,4 +302,65 @@ pub fn tell_parent(line: &str) {
     // libtest may have left "test name ... " unterminated on this line.
     writeln!(out, "\n{line}").unwrap();
     out.flush().unwrap();
+}
+
+/// The overlap detector: inside a critical section the holder INCRs a counter on a
+/// separate Redis (untouched by the faults under test), expects 1, records its fencing
+/// token, and DECRs on the way out.
+pub struct Overlap {
+    conn: redis::aio::MultiplexedConnection,
+    tag: String,
+}
+
+impl Overlap {
+    pub async fn new(url: &str, tag: &str) -> Overlap {
+        let conn = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        Overlap {
+            conn,
+            tag: tag.to_string(),
+        }
+    }
+
+    /// Enters the critical section; returns false if someone else was inside.
+    pub async fn enter(&mut self, token: u64) -> bool {
+        let inside: i64 = redis::cmd("INCR")
+            .arg(format!("{}:inside", self.tag))
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(format!("{}:tokens", self.tag))
+            .arg(token)
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        if inside != 1 {
+            let _: i64 = redis::cmd("INCR")
+                .arg(format!("{}:overlaps", self.tag))
+                .query_async(&mut self.conn)
+                .await
+                .unwrap();
+        }
+        inside == 1
+    }
+
+    pub async fn leave(&mut self) {
+        let _: i64 = redis::cmd("DECR")
+            .arg(format!("{}:inside", self.tag))
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+    }
+
+    /// Overlaps seen, and whether the recorded tokens rose in grant order.
+    pub fn report(server: &RedisServer, tag: &str) -> (i64, usize, bool) {
+        let overlaps: Option<i64> = server.cmd(&["GET", &format!("{tag}:overlaps")]);
+        let tokens: Vec<u64> = server.cmd(&["LRANGE", &format!("{tag}:tokens"), "0", "-1"]);
+        let rising = tokens.windows(2).all(|w| w[0] < w[1]);
+        (overlaps.unwrap_or(0), tokens.len(), rising)
+    }
 }
