@@ -282,23 +282,59 @@ impl Locker {
     }
 }
 
-/// W1: sequential lock+unlock pairs on one name; mean time per pair.
-async fn w1(lib: Lib, url: &str, n: usize) -> Duration {
-    let l = Locker::new(lib, url).await;
-    let name = format!("w1:{}", lib.arg());
-    let h = l.lock(&name).await;
-    l.unlock(h).await;
+/// Time of `n` sequential raw pairs (two EVALSHA of a trivial script) on `c`.
+async fn raw_pairs(c: &mut ConnectionManager, n: usize) -> Duration {
+    let script = redis::Script::new(TRIVIAL);
     let start = Instant::now();
     for _ in 0..n {
-        let h = l.lock(&name).await;
+        let _: i64 = script.key("rtt").invoke_async(c).await.unwrap();
+        let _: i64 = script.key("rtt").invoke_async(c).await.unwrap();
+    }
+    start.elapsed()
+}
+
+/// Time of `n` sequential lock+unlock pairs on one name.
+async fn lock_pairs(l: &Locker, name: &str, n: usize) -> Duration {
+    let start = Instant::now();
+    for _ in 0..n {
+        let h = l.lock(name).await;
         l.unlock(h).await;
     }
-    start.elapsed() / n as u32
+    start.elapsed()
+}
+
+/// W1: blocks of raw pairs and of each crate's lock+unlock pairs, interleaved so that
+/// every crate and the limit see the same machine noise. Returns per crate the mean
+/// time per pair and its ratio to the raw pair.
+async fn w1(url: &str, n: usize) -> Vec<(Lib, Duration, f64)> {
+    let rounds = 10;
+    let block = (n / rounds).max(1);
+    let mut c = manager(url).await;
+    let libs = [Lib::Ours, Lib::Rslock, Lib::Rlock];
+    let mut lockers = Vec::new();
+    for lib in libs {
+        let l = Locker::new(lib, url).await;
+        lock_pairs(&l, &format!("w1:{}", lib.arg()), 10).await;
+        lockers.push(l);
+    }
+    raw_pairs(&mut c, 10).await;
+    let mut raw_total = Duration::ZERO;
+    let mut totals = vec![Duration::ZERO; libs.len()];
+    for _ in 0..rounds {
+        raw_total += raw_pairs(&mut c, block).await;
+        for (i, lib) in libs.iter().enumerate() {
+            totals[i] += lock_pairs(&lockers[i], &format!("w1:{}", lib.arg()), block).await;
+        }
+    }
+    let per = (rounds * block) as u32;
+    libs.iter()
+        .zip(totals)
+        .map(|(lib, t)| (*lib, t / per, raw_total.as_secs_f64() / t.as_secs_f64()))
+        .collect()
 }
 
 /// W2: 64 tasks on one client, each its own name; pairs per second.
-async fn w2(url: &str, tasks: usize, pairs: usize) -> f64 {
-    let c = Client::connect(url).await.unwrap();
+async fn w2(c: &Client, tasks: usize, pairs: usize) -> f64 {
     let start = Instant::now();
     let mut hs = Vec::new();
     for t in 0..tasks {
@@ -532,20 +568,24 @@ async fn w5(url: &str, names: usize, waiters: usize) -> (usize, f64, f64, Durati
     )
 }
 
-/// W6: nested lock+unlock at depth 1 and 3; mean time of each.
-async fn w6(url: &str, n: usize) -> (Duration, Duration) {
+/// W6: nested lock+unlock at depth 1 and 3, interleaved with raw round trips. Returns
+/// the mean time of each and the mean round trip.
+async fn w6(url: &str, n: usize) -> (Duration, Duration, Duration) {
     let c = Client::connect(url).await.unwrap();
+    let mut raw = manager(url).await;
     let lock = c.lock("w6");
-    let t1 = {
+    let rounds = 10;
+    let block = (n / rounds).max(1);
+    let (mut t1, mut t3, mut rt) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    for _ in 0..rounds {
+        rt += raw_pairs(&mut raw, block).await;
         let start = Instant::now();
-        for _ in 0..n {
+        for _ in 0..block {
             lock.lock().await.unwrap().unlock().await.unwrap();
         }
-        start.elapsed() / n as u32
-    };
-    let t3 = {
+        t1 += start.elapsed();
         let start = Instant::now();
-        for _ in 0..n {
+        for _ in 0..block {
             let a = lock.lock().await.unwrap();
             let b = lock.lock().await.unwrap();
             let d = lock.lock().await.unwrap();
@@ -553,9 +593,10 @@ async fn w6(url: &str, n: usize) -> (Duration, Duration) {
             b.unlock().await.unwrap();
             a.unlock().await.unwrap();
         }
-        start.elapsed() / n as u32
-    };
-    (t1, t3)
+        t3 += start.elapsed();
+    }
+    let per = (rounds * block) as u32;
+    (t1 / per, t3 / per, rt / (2 * per))
 }
 
 fn us(d: Duration) -> String {
@@ -615,10 +656,7 @@ async fn run_all(url: &str, q: bool) -> (Duration, Vec<Row>) {
 
     // W1
     if wanted("W1") {
-        let n = 3000 / scale;
-        for lib in [Lib::Ours, Lib::Rslock, Lib::Rlock] {
-            let pair = w1(lib, url, n).await;
-            let ratio = (2.0 * rtt1.as_secs_f64()) / pair.as_secs_f64();
+        for (lib, pair, ratio) in w1(url, 3000 / scale).await {
             let (target, met) = if lib == Lib::Ours {
                 (">= 0.9x", Some(ratio >= 0.9))
             } else {
@@ -637,9 +675,14 @@ async fn run_all(url: &str, q: bool) -> (Duration, Vec<Row>) {
 
     // W2
     if wanted("W2") {
-        let pairs = 300 / scale;
-        let limit = parallel_limit(url, 64, pairs).await;
-        let ours = w2(url, 64, pairs).await;
+        let pairs = 100 / scale;
+        let c = Client::connect(url).await.unwrap();
+        let (mut limit, mut ours) = (0.0, 0.0);
+        for _ in 0..3 {
+            limit += parallel_limit(url, 64, pairs).await;
+            ours += w2(&c, 64, pairs).await;
+        }
+        let (limit, ours) = (limit / 3.0, ours / 3.0);
         let ratio = ours / limit;
         rows.push(row(
             "W2 parallel (64 tasks)",
@@ -656,16 +699,19 @@ async fn run_all(url: &str, q: bool) -> (Duration, Vec<Row>) {
         let dur = Duration::from_millis(if q { 800 } else { 3000 });
         let mut w3s = Vec::new();
         for lib in [Lib::Ours, Lib::Rslock, Lib::Rlock] {
+            // The round trip right around the run, so hand-off ratios share its noise.
+            let before = rtt(url, 500 / scale).await;
             let r = w3(lib, url, dur).await;
-            w3s.push((lib, r));
+            let after = rtt(url, 500 / scale).await;
+            w3s.push((lib, r, (before + after) / 2));
         }
         let best_peer = w3s
             .iter()
-            .filter(|(l, _)| *l != Lib::Ours)
-            .map(|(_, r)| r.per_sec)
+            .filter(|(l, _, _)| *l != Lib::Ours)
+            .map(|(_, r, _)| r.per_sec)
             .fold(0.0, f64::max);
-        for (lib, r) in &w3s {
-            let handoff_ratio = r.handoff_p50.as_secs_f64() / rtt1.as_secs_f64();
+        for (lib, r, rt) in &w3s {
+            let handoff_ratio = r.handoff_p50.as_secs_f64() / rt.as_secs_f64();
             let ours = *lib == Lib::Ours;
             rows.push(row(
                 "W3 contended (2 proc x 8 tasks)",
@@ -731,17 +777,18 @@ async fn run_all(url: &str, q: bool) -> (Duration, Vec<Row>) {
 
     // W6
     if wanted("W6") {
-        let (t1, t3) = w6(url, 2000 / scale).await;
-        let per_level = (t3.as_secs_f64() - t1.as_secs_f64()) / 2.0 / rtt1.as_secs_f64();
+        let (t1, t3, rt) = w6(url, 2000 / scale).await;
+        let per_level = (t3.as_secs_f64() - t1.as_secs_f64()) / 2.0 / rt.as_secs_f64();
         rows.push(row(
             "W6 reentrancy (depth 3)",
             "redis-rlock",
-            format!("depth 1 {}; depth 3 {}", us(t1), us(t3)),
+            format!("depth 1 {}; depth 3 {}; RTT {}", us(t1), us(t3), us(rt)),
             format!("{per_level:.2} RTT per nested level"),
             "<= 1 RTT per level",
             Some(per_level <= 1.0),
         ));
     }
+
     (rtt1, rows)
 }
 

@@ -14,7 +14,8 @@ local granted = redis.call('get', KEYS[3])
 if granted then
     return {1, tonumber(granted)}
 end
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+local fresh = redis.call('exists', KEYS[1]) == 0
+if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     -- First, because it is the only call here that can fail on a well-formed lock (a
     -- counter key of the wrong type): a script is not rolled back, so nothing may be
     -- written before it.
@@ -22,7 +23,7 @@ if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2])
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     -- A re-entry never shortens a lease the holder already has: an inner
     -- short-lease hold must not cut off an outer watchdog hold.
-    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    if fresh or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
     redis.call('set', KEYS[3], token, 'px', ARGV[3])

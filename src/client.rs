@@ -10,6 +10,7 @@ use tokio::runtime::Handle;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::janitor::Janitor;
 use crate::lock::{check_duration, Lock};
 use crate::pubsub::PubSubHub;
 use crate::watchdog::Watchdog;
@@ -99,6 +100,7 @@ impl ClientBuilder {
         let id = Uuid::new_v4().to_string();
         let watchdog = Watchdog::start(conn.clone(), &config, &runtime);
         let pubsub = PubSubHub::start(redis_client, &config, &runtime);
+        let janitor = Janitor::start(conn.clone(), &runtime);
         Ok(Client {
             inner: Arc::new(ClientInner {
                 id,
@@ -106,6 +108,7 @@ impl ClientBuilder {
                 config,
                 watchdog,
                 pubsub,
+                janitor,
                 runtime,
             }),
         })
@@ -139,6 +142,7 @@ pub(crate) struct ClientInner {
     pub(crate) config: Config,
     pub(crate) watchdog: Watchdog,
     pub(crate) pubsub: PubSubHub,
+    pub(crate) janitor: Janitor,
     pub(crate) runtime: Handle,
 }
 

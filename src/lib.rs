@@ -38,6 +38,7 @@ mod client;
 mod error;
 mod identity;
 mod inflight;
+mod janitor;
 mod lock;
 mod pubsub;
 mod raw;

@@ -444,10 +444,7 @@ async fn release_hold(
             Ok(r) => {
                 if r != Release::NotHeld {
                     // The latch only matters to retries of this call, which are over.
-                    let conn = inner.conn.clone();
-                    inner.runtime.spawn(async move {
-                        let _ = conn.query(redis::cmd("DEL").arg(&latch)).await;
-                    });
+                    inner.janitor.discard(latch);
                 }
                 return Ok(r);
             }
