@@ -150,7 +150,9 @@ impl ClientInner {
     /// How long a request latch is kept: long enough to outlive every retry of its
     /// request, short enough not to pile up.
     pub(crate) fn latch_ttl(&self) -> Duration {
-        (self.config.response_timeout + self.config.connect_timeout) * 4
+        // Capped so that absurd timeouts cannot push PX past Redis's range.
+        ((self.config.response_timeout + self.config.connect_timeout) * 4)
+            .min(Duration::from_secs(24 * 3600))
     }
 }
 
