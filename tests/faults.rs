@@ -296,11 +296,7 @@ async fn f4_pubsub_kill_with_a_hundred_waiters() {
             g.unlock().await.unwrap();
         }));
     }
-    let all_subscribed = || {
-        names
-            .iter()
-            .all(|n| s.numsub(&redis_rlock::channel_name(n)) == 1)
-    };
+    let all_subscribed = || s.all_numsub(&names, 1);
     assert!(eventually(Duration::from_secs(10), all_subscribed).await);
     let killed: i64 = s.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     assert_eq!(killed, 1);
@@ -325,12 +321,7 @@ async fn f4_pubsub_kill_with_a_hundred_waiters() {
     assert_eq!(served.load(Ordering::SeqCst), 100);
     // The holders' TTL was the 30 s watchdog lease: nobody waited for it.
     assert!(all_served < Duration::from_secs(15));
-    assert!(
-        eventually(Duration::from_secs(5), || names
-            .iter()
-            .all(|n| s.numsub(&redis_rlock::channel_name(n)) == 0))
-        .await
-    );
+    assert!(eventually(Duration::from_secs(5), || s.all_numsub(&names, 0)).await);
 }
 
 /// 5. Connections are killed and cut during lock, unlock and renew. Calls succeed or
@@ -532,11 +523,7 @@ async fn f8_a_thousand_dropped_futures_leave_nothing_behind() {
         eventually(Duration::from_secs(5), free).await,
         "a dropped future left a lock"
     );
-    let unsubscribed = || {
-        names
-            .iter()
-            .all(|n| s.numsub(&redis_rlock::channel_name(n)) == 0)
-    };
+    let unsubscribed = || s.all_numsub(&names, 0);
     assert!(
         eventually(Duration::from_secs(5), unsubscribed).await,
         "a dropped future left a subscription"

@@ -397,12 +397,7 @@ async fn one_pubsub_connection_serves_waiters_on_many_names() {
             }));
         }
     }
-    assert!(
-        eventually(Duration::from_secs(10), || names
-            .iter()
-            .all(|n| s.numsub(&redis_rlock::channel_name(n)) == 1))
-        .await
-    );
+    assert!(eventually(Duration::from_secs(10), || s.all_numsub(&names, 1)).await);
     let list: String = s.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]);
     assert_eq!(
         list.lines().count(),
@@ -727,24 +722,14 @@ async fn dropped_futures_leave_no_lock_and_no_subscription() {
             pending.push(tokio::spawn(async move { lock.lock().await }));
         }
     }
-    assert!(
-        eventually(Duration::from_secs(5), || names
-            .iter()
-            .all(|n| s.numsub(&redis_rlock::channel_name(n)) == 1))
-        .await
-    );
+    assert!(eventually(Duration::from_secs(5), || s.all_numsub(&names, 1)).await);
     for p in &pending {
         p.abort();
     }
     for p in pending {
         let _ = p.await;
     }
-    assert!(
-        eventually(Duration::from_secs(5), || names
-            .iter()
-            .all(|n| s.numsub(&redis_rlock::channel_name(n)) == 0))
-        .await
-    );
+    assert!(eventually(Duration::from_secs(5), || s.all_numsub(&names, 0)).await);
     for g in guards {
         g.unlock().await.unwrap();
     }
@@ -776,12 +761,7 @@ async fn dropped_futures_leave_no_lock_and_no_subscription() {
         eventually(Duration::from_secs(5), all_free).await,
         "a cancelled acquire left a lock held"
     );
-    assert!(
-        eventually(Duration::from_secs(5), || names
-            .iter()
-            .all(|n| s.numsub(&redis_rlock::channel_name(n)) == 0))
-        .await
-    );
+    assert!(eventually(Duration::from_secs(5), || s.all_numsub(&names, 0)).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -184,6 +184,13 @@ impl RedisServer {
         redis::from_redis_value(v[1].clone()).unwrap()
     }
 
+    /// Whether every lock in `names` has exactly `n` subscribers on its channel.
+    pub fn all_numsub(&self, names: &[String], n: i64) -> bool {
+        names
+            .iter()
+            .all(|name| self.numsub(&redis_rlock::channel_name(name)) == n)
+    }
+
     /// Calls of a command since start (INFO commandstats).
     pub fn calls(&self, command: &str) -> u64 {
         let info: String = self.cmd(&["INFO", "commandstats"]);
