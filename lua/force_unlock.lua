@@ -3,8 +3,10 @@
 -- KEYS[2]  unlock channel
 -- ARGV[1]  unlock message ("0")
 -- Returns 1 when a lock was deleted, 0 when there was none.
-if redis.call('del', KEYS[1]) == 1 then
+if redis.call('exists', KEYS[1]) == 1 then
+    -- PUBLISH first: if ACL refuses it, nothing has been deleted.
     redis.call('publish', KEYS[2], ARGV[1])
+    redis.call('del', KEYS[1])
     return 1
 end
 return 0

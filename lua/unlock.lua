@@ -14,19 +14,22 @@ local done = redis.call('get', KEYS[3])
 if done then
     return tonumber(done)
 end
-redis.call('del', KEYS[4])
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+if count == nil then
     return nil
 end
-local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if left > 0 then
+if count > 1 then
+    redis.call('hincrby', KEYS[1], ARGV[3], -1)
     if tonumber(ARGV[2]) > 0 then
         redis.call('pexpire', KEYS[1], ARGV[2])
     end
+    redis.call('del', KEYS[4])
     redis.call('set', KEYS[3], 0, 'px', ARGV[4])
     return 0
 end
-redis.call('del', KEYS[1])
+-- PUBLISH before any write: a publish refused by ACL then leaves the lock as it was,
+-- instead of a lock released that no waiter hears of.
 redis.call('publish', KEYS[2], ARGV[1])
+redis.call('del', KEYS[1], KEYS[4])
 redis.call('set', KEYS[3], 1, 'px', ARGV[4])
 return 1

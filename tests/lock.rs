@@ -872,3 +872,68 @@ async fn a_retried_unlock_whose_reply_was_lost_counts_down_once() {
         .await
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_without_channel_rights_fails_unlock_and_leaves_the_lock_as_it_was() {
+    let s = RedisServer::start();
+    // Keys allowed, channels not (`resetchannels` is 7.0's default for a new user).
+    let _: () = s.cmd(&[
+        "ACL",
+        "SETUSER",
+        "nochan",
+        "on",
+        ">pw",
+        "~app:*",
+        "~redisson_*:{app:*",
+        "resetchannels",
+        "+@all",
+    ]);
+    let c = Client::connect(&format!("redis://nochan:pw@127.0.0.1:{}", s.port))
+        .await
+        .unwrap();
+    let lock = c.lock("app:nochan");
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    // A partial unlock publishes nothing, so it works.
+    inner.unlock().await.unwrap();
+    let field = outer.holder_field().to_string();
+    match outer.unlock().await {
+        Err(Error::PermissionDenied { message }) => {
+            assert!(message.contains("channel"), "{message}")
+        }
+        other => panic!("expected PermissionDenied, got {other:?}"),
+    }
+    // The refused unlock changed nothing: the hold is still there.
+    assert_eq!(s.cmd::<i64>(&["HGET", "app:nochan", &field]), 1);
+    assert!(matches!(
+        lock.force_unlock().await,
+        Err(Error::PermissionDenied { .. })
+    ));
+    assert_eq!(s.cmd::<i64>(&["HGET", "app:nochan", &field]), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_inputs_a_one_mib_name_and_a_one_ms_lease() {
+    let s = RedisServer::start();
+    let c = client(&s).await;
+    let mib = "n".repeat(1 << 20);
+    assert!(matches!(
+        c.lock(mib).try_lock().await,
+        Err(Error::NameTooLong { .. })
+    ));
+    // 1 ms is the shortest lease Redis can express: valid, and gone almost at once.
+    let g = c
+        .lock("brief")
+        .lock_with_lease(Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || s
+            .cmd::<i64>(&["EXISTS", "brief"])
+            == 0)
+        .await
+    );
+    assert!(matches!(g.unlock().await, Err(Error::NotHeld { .. })));
+    let keys: Vec<String> = s.cmd(&["KEYS", "n*"]);
+    assert!(keys.is_empty());
+}
