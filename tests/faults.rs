@@ -307,15 +307,7 @@ async fn f4_pubsub_kill_with_a_hundred_waiters() {
     );
     figure("f4_resubscribed_after", killed_at.elapsed());
     let released = Instant::now();
-    for g in guards {
-        g.unlock().await.unwrap();
-    }
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(20), t)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    common::release_and_join(guards, tasks).await;
     let all_served = released.elapsed();
     figure("f4_all_100_served_after_release", all_served);
     assert_eq!(served.load(Ordering::SeqCst), 100);

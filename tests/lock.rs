@@ -404,15 +404,7 @@ async fn one_pubsub_connection_serves_waiters_on_many_names() {
         1,
         "expected one pub/sub connection: {list}"
     );
-    for g in guards {
-        g.unlock().await.unwrap();
-    }
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(20), t)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    common::release_and_join(guards, tasks).await;
     assert_eq!(done.load(Ordering::SeqCst), 60);
 }
 

@@ -371,3 +371,19 @@ impl Overlap {
         (overlaps.unwrap_or(0), tokens.len(), rising)
     }
 }
+
+/// Unlocks every guard, then waits (at most 20 s each) for every waiter task to finish.
+pub async fn release_and_join(
+    guards: Vec<redis_rlock::LockGuard>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) {
+    for g in guards {
+        g.unlock().await.unwrap();
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(20), t)
+            .await
+            .expect("a waiter was not served")
+            .unwrap();
+    }
+}
