@@ -7,6 +7,7 @@
 -- ARGV[2]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[3]  holder field
 -- ARGV[4]  how long the latch is kept, in ms
+-- ARGV[5]  'publish', or 'spublish' on a cluster with sharded pub/sub
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
 -- released. A retry with the same request id (its first reply was lost) gets the first
 -- outcome again instead of counting down twice.
@@ -29,7 +30,7 @@ if count > 1 then
 end
 -- PUBLISH before any write: a publish refused by ACL then leaves the lock as it was,
 -- instead of a lock released that no waiter hears of.
-redis.call('publish', KEYS[2], ARGV[1])
+redis.call(ARGV[5], KEYS[2], ARGV[1])
 redis.call('del', KEYS[1], KEYS[4])
 redis.call('set', KEYS[3], 1, 'px', ARGV[4])
 return 1

@@ -4,11 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, RedisResult, Value};
 use tokio::runtime::Handle;
 use uuid::Uuid;
 
+use crate::connection::{open_client, Conn};
 use crate::error::{Error, Result};
 use crate::janitor::Janitor;
 use crate::lock::{check_duration, Lock};
@@ -22,13 +21,118 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time allowed for Redis to answer one command, as in Redisson (`timeout`).
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Which Redis deployment a client talks to. Chosen by configuration only: the lock API
+/// is the same on all of them.
+///
+/// ```no_run
+/// # async fn demo() -> redis_rlock::Result<()> {
+/// use redis_rlock::{Client, Deployment};
+/// let client = Client::with_deployment(Deployment::Sentinel {
+///     sentinels: vec!["redis://127.0.0.1:26379".into(), "redis://127.0.0.1:26380".into()],
+///     master_name: "mymaster".into(),
+/// })
+/// .build()
+/// .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Deployment {
+    /// One server (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS).
+    Single {
+        /// The server's URL.
+        url: String,
+    },
+    /// A master found through Redis Sentinel, followed across failovers.
+    Sentinel {
+        /// URLs of the sentinels (`redis://host:port`); asked in order.
+        sentinels: Vec<String>,
+        /// The name the sentinels monitor the master under.
+        master_name: String,
+    },
+    /// A Redis Cluster, reached through any of these seed nodes.
+    Cluster {
+        /// URLs of one or more cluster nodes.
+        nodes: Vec<String>,
+    },
+}
+
+/// Whether writes wait for replicas (Redisson's `checkLockSyncedSlaves`).
+///
+/// With `Wait`, every acquire, unlock and renewal is followed, in the same pipeline on
+/// the same connection, by `WAIT acks timeout`. An acquisition that no replica
+/// acknowledged is rolled back, so that a failover cannot hand the lock to a second
+/// holder; then it is retried or fails with [`Error::NotReplicated`], as
+/// [`SyncFailure`] says. On by default for Sentinel and Cluster, off for a single
+/// server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReplicaSync {
+    /// No `WAIT` is ever sent (for servers without replicas or without `WAIT`).
+    Off,
+    /// `WAIT` after each write.
+    Wait {
+        /// How long `WAIT` may block. Default 1 s.
+        timeout: Duration,
+        /// How many replicas `WAIT` asks for; it returns early once that many
+        /// acknowledged. Default 1. Zero acknowledgements always count as a failure.
+        acks: u32,
+        /// What to do when no replica acknowledged an acquisition.
+        on_failure: SyncFailure,
+    },
+}
+
+impl ReplicaSync {
+    /// `WAIT 1 1000`, retrying a rolled-back acquisition up to 3 times.
+    pub fn default_wait() -> ReplicaSync {
+        ReplicaSync::Wait {
+            timeout: Duration::from_secs(1),
+            acks: 1,
+            on_failure: SyncFailure::Retry { attempts: 3 },
+        }
+    }
+}
+
+/// What an acquisition that reached no replica does after it is rolled back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SyncFailure {
+    /// Fail at once with [`Error::NotReplicated`].
+    Fail,
+    /// Try again, up to `attempts` more times, then fail with [`Error::NotReplicated`].
+    Retry {
+        /// Further attempts after the first.
+        attempts: u32,
+    },
+}
+
+/// Whether a cluster client uses sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ShardedPubSub {
+    /// Use it when the cluster answers `PUBSUB SHARDNUMSUB` (Redis 7 and later).
+    #[default]
+    Auto,
+    /// Always use it.
+    On,
+    /// Never: classic `PUBLISH`, which every node broadcasts to the whole cluster.
+    Off,
+}
+
 /// Settings of a [`Client`], fixed when it is built.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// `None`: the deployment's default.
+    pub(crate) replica_sync: Option<ReplicaSync>,
+    pub(crate) sharded_pubsub: ShardedPubSub,
+    pub(crate) retry_window: Duration,
 }
+
+/// Default time a waiting task keeps retrying through errors such as a failover.
+pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
 
 /// Builds a [`Client`] with non-default settings.
 ///
@@ -44,7 +148,7 @@ pub(crate) struct Config {
 /// ```
 #[derive(Clone, Debug)]
 pub struct ClientBuilder {
-    url: String,
+    deployment: Deployment,
     config: Config,
 }
 
@@ -65,6 +169,28 @@ impl ClientBuilder {
     /// The time allowed for Redis to answer one command. Default 3 s.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.config.response_timeout = timeout;
+        self
+    }
+
+    /// Replica sync after writes. Default: [`ReplicaSync::default_wait`] for Sentinel
+    /// and Cluster, [`ReplicaSync::Off`] for a single server.
+    pub fn replica_sync(mut self, sync: ReplicaSync) -> Self {
+        self.config.replica_sync = Some(sync);
+        self
+    }
+
+    /// Sharded pub/sub on a cluster. Default [`ShardedPubSub::Auto`]; ignored elsewhere.
+    pub fn sharded_pubsub(mut self, mode: ShardedPubSub) -> Self {
+        self.config.sharded_pubsub = mode;
+        self
+    }
+
+    /// How long a task that is already waiting for a lock keeps retrying through
+    /// transient errors (a failover, a reconnect) before it gives up with the error.
+    /// Default 10 s. The first attempt of a call never retries this way: it reports
+    /// an unreachable Redis at once.
+    pub fn retry_window(mut self, window: Duration) -> Self {
+        self.config.retry_window = window;
         self
     }
 
@@ -91,15 +217,34 @@ impl ClientBuilder {
             }
             check_duration(what, d)?;
         }
-        let redis_client = redis::Client::open(self.url.as_str())
-            .map_err(|e| Error::InvalidConfig(format!("bad Redis URL `{}`: {e}", self.url)))?;
+        check_duration("retry window", config.retry_window)?;
+        if let Some(ReplicaSync::Wait { timeout, acks, .. }) = &config.replica_sync {
+            if timeout.is_zero() || *acks == 0 {
+                return Err(Error::InvalidConfig(
+                    "replica sync needs a non-zero timeout and at least one ack (use ReplicaSync::Off to turn it off)".into(),
+                ));
+            }
+            check_duration("replica sync timeout", *timeout)?;
+        }
+        match &self.deployment {
+            Deployment::Single { url } => {
+                open_client(url)?;
+            }
+            Deployment::Sentinel { sentinels, .. } if sentinels.is_empty() => {
+                return Err(Error::InvalidConfig("no sentinel address given".into()))
+            }
+            Deployment::Cluster { nodes } if nodes.is_empty() => {
+                return Err(Error::InvalidConfig("no cluster node address given".into()))
+            }
+            _ => {}
+        }
         let runtime = Handle::try_current().map_err(|_| {
             Error::InvalidConfig("Client::build must run inside a tokio runtime".into())
         })?;
-        let conn = Conn::connect(redis_client.clone(), &config).await?;
+        let conn = Conn::connect(&self.deployment, &config, &runtime).await?;
         let id = Uuid::new_v4().to_string();
         let watchdog = Watchdog::start(conn.clone(), &config, &runtime);
-        let pubsub = PubSubHub::start(redis_client, &config, &runtime);
+        let pubsub = PubSubHub::start(&self.deployment, &conn, &config, &runtime).await?;
         let janitor = Janitor::start(conn.clone(), &runtime);
         Ok(Client {
             inner: Arc::new(ClientInner {
@@ -165,12 +310,37 @@ impl Client {
     /// Starts a builder for a client of the Redis server at `url`
     /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS).
     pub fn builder(url: &str) -> ClientBuilder {
-        ClientBuilder {
+        Client::with_deployment(Deployment::Single {
             url: url.to_string(),
+        })
+    }
+
+    /// Starts a builder for a master monitored by Redis Sentinel under `master_name`.
+    pub fn sentinel<S: AsRef<str>>(sentinels: &[S], master_name: &str) -> ClientBuilder {
+        Client::with_deployment(Deployment::Sentinel {
+            sentinels: sentinels.iter().map(|s| s.as_ref().to_string()).collect(),
+            master_name: master_name.to_string(),
+        })
+    }
+
+    /// Starts a builder for a Redis Cluster reached through `nodes`.
+    pub fn cluster<S: AsRef<str>>(nodes: &[S]) -> ClientBuilder {
+        Client::with_deployment(Deployment::Cluster {
+            nodes: nodes.iter().map(|s| s.as_ref().to_string()).collect(),
+        })
+    }
+
+    /// Starts a builder for any [`Deployment`].
+    pub fn with_deployment(deployment: Deployment) -> ClientBuilder {
+        ClientBuilder {
+            deployment,
             config: Config {
                 watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+                replica_sync: None,
+                sharded_pubsub: ShardedPubSub::Auto,
+                retry_window: DEFAULT_RETRY_WINDOW,
             },
         }
     }
@@ -201,50 +371,3 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// The command connection: one multiplexed connection that reconnects by itself.
-#[derive(Clone)]
-pub(crate) struct Conn {
-    manager: ConnectionManager,
-    pub(crate) response_timeout: Duration,
-}
-
-impl Conn {
-    async fn connect(client: redis::Client, config: &Config) -> Result<Conn> {
-        // One quick retry only: a request that finds the connection broken waits for the
-        // reconnect, and must fail within the configured timeouts, not after a long backoff.
-        let mgr_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.response_timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100));
-        let limit =
-            config.connect_timeout * 2 + config.response_timeout + Duration::from_millis(200);
-        let manager = tokio::time::timeout(
-            limit,
-            ConnectionManager::new_with_config(client, mgr_config),
-        )
-        .await
-        .map_err(|_| Error::Timeout {
-            op: "connect",
-            after: config.connect_timeout,
-        })?
-        .map_err(|e| Error::from_redis(e, "", config.connect_timeout))?;
-        Ok(Conn {
-            manager,
-            response_timeout: config.response_timeout,
-        })
-    }
-
-    /// Sends one command and returns its reply. Bounded without a timer of our own: the
-    /// driver enforces the response timeout, and a reconnect is one attempt (two at most)
-    /// of at most the connect timeout.
-    pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
-        let mut manager = self.manager.clone();
-        // Server errors arrive as values; make them errors here, once for all callers.
-        manager
-            .send_packed_command(cmd)
-            .await
-            .and_then(|v| v.extract_error())
-    }
-}

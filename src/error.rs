@@ -72,6 +72,25 @@ pub enum Error {
         name: String,
     },
 
+    /// No replica acknowledged an acquisition within the replica sync timeout; it was
+    /// rolled back (see [`ReplicaSync`](crate::ReplicaSync)).
+    #[error("lock `{name}` was taken on the master but no replica acknowledged it within {waited:?}; rolled back")]
+    NotReplicated {
+        /// The lock's name.
+        name: String,
+        /// The `WAIT` timeout.
+        waited: Duration,
+    },
+
+    /// The name cannot be used on a cluster: its auxiliary keys (channel, token
+    /// counter, latches) would hash to another slot than the lock itself. This happens
+    /// only for names with braces that do not form a hash tag, such as `a}b` or `{}x`.
+    #[error("lock name `{name}` cannot be used on a cluster: its auxiliary keys would land in another slot")]
+    NameNotClusterSafe {
+        /// The rejected name.
+        name: String,
+    },
+
     /// Redis refused the command for lack of ACL rights.
     #[error("permission denied by Redis ACL: {message}")]
     PermissionDenied {
@@ -137,7 +156,10 @@ impl Error {
     /// True for errors that say nothing about the lock itself, only that Redis could not
     /// be asked (timeouts, broken connections). Such errors are worth a retry later.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Timeout { .. } | Error::Unavailable(_))
+        matches!(
+            self,
+            Error::Timeout { .. } | Error::Unavailable(_) | Error::NotReplicated { .. }
+        ) || matches!(self, Error::Redis(e) if is_failover_reply(e))
     }
 
     /// True when the request may have run on the server although no reply came back
@@ -150,4 +172,12 @@ impl Error {
             _ => false,
         }
     }
+}
+
+/// Replies a server gives while a failover is under way: the command did not run.
+fn is_failover_reply(e: &redis::RedisError) -> bool {
+    matches!(
+        e.code(),
+        Some("READONLY" | "MASTERDOWN" | "LOADING" | "CLUSTERDOWN" | "TRYAGAIN" | "MOVED" | "ASK")
+    )
 }

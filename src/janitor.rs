@@ -10,7 +10,7 @@
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use crate::client::Conn;
+use crate::connection::Conn;
 
 /// Keys per `DEL` at most.
 const BATCH: usize = 256;
@@ -41,8 +41,11 @@ async fn run(conn: Conn, mut rx: mpsc::UnboundedReceiver<String>) {
                 Err(_) => break,
             }
         }
-        if let Err(e) = conn.query(redis::cmd("DEL").arg(&keys)).await {
-            tracing::debug!(keys = keys.len(), error = %e, "latch cleanup failed; the latches will expire");
+        // On a cluster one DEL may only name keys of one slot.
+        for group in conn.group_by_slot(keys, |k| k.as_bytes()) {
+            if let Err(e) = conn.query(redis::cmd("DEL").arg(&group)).await {
+                tracing::debug!(keys = group.len(), error = %e, "latch cleanup failed; the latches will expire");
+            }
         }
     }
 }

@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 mod client;
+mod connection;
 mod error;
 mod identity;
 mod inflight;
@@ -43,10 +44,12 @@ mod lock;
 mod pubsub;
 mod raw;
 mod scripts;
+mod slot;
 mod watchdog;
 
 pub use client::{
-    Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+    Client, ClientBuilder, Deployment, ReplicaSync, ShardedPubSub, SyncFailure,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW,
     DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use error::{Error, Result};

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::{Client, ClientInner};
+use crate::client::{Client, ClientInner, ReplicaSync, SyncFailure};
 use crate::error::{Error, Result};
 use crate::identity::{holder_field, OwnerId};
 use crate::inflight::Completing;
@@ -134,6 +134,11 @@ impl Lock {
                 max: MAX_NAME_LEN,
             });
         }
+        if self.inner().conn.is_cluster() && !raw::cluster_safe(&self.name) {
+            return Err(Error::NameNotClusterSafe {
+                name: self.name.to_string(),
+            });
+        }
         Ok(())
     }
 
@@ -228,17 +233,34 @@ impl Lock {
             return Ok(None);
         };
         sub.ready(bound).await;
+        // Start of the current run of transient errors, if in one.
+        let mut failing_since: Option<Instant> = None;
         loop {
-            match self.attempt(owner, &field, lease).await? {
-                Ok(guard) => {
+            match self.attempt(owner, &field, lease).await {
+                Ok(Ok(guard)) => {
                     sub.wake_used();
                     tracing::debug!(waited = ?started.elapsed(), "acquired after waiting");
                     return Ok(Some(guard));
                 }
-                Err(t) => {
+                Ok(Err(t)) => {
                     sub.wake_used();
+                    failing_since = None;
                     ttl = t;
                 }
+                Err(e) if e.is_transient() => {
+                    // A waiter rides out a failover or reconnect: the lock it waits for
+                    // is still there, on whichever node serves it next.
+                    let since = *failing_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.inner().config.retry_window {
+                        return Err(e);
+                    }
+                    tracing::debug!(error = %e, "transient error while waiting; retrying");
+                    let pause = Duration::from_millis(50)
+                        .max(since.elapsed() / 4)
+                        .min(Duration::from_millis(500));
+                    ttl = Some(pause);
+                }
+                Err(e) => return Err(e),
             }
             let Some(bound) = self.bound(ttl, deadline) else {
                 tracing::debug!(waited = ?started.elapsed(), "wait ran out");
@@ -296,13 +318,25 @@ impl Lock {
                     lease: effective,
                     latch_ttl: inner.latch_ttl(),
                 };
-                let mut attempt = 0;
+                let sync_retries = match inner.conn.sync() {
+                    ReplicaSync::Wait {
+                        on_failure: SyncFailure::Retry { attempts },
+                        ..
+                    } => *attempts,
+                    _ => 0,
+                };
+                let (mut attempt, mut unsynced) = (0, 0);
                 loop {
                     attempt += 1;
                     match raw::acquire(&inner.conn, &call).await {
                         Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                             tracing::debug!(attempt, error = %e, "acquire reply lost; retrying with the same request id");
                             tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
+                        }
+                        // Rolled back, so the same request id starts afresh.
+                        Err(Error::NotReplicated { .. }) if unsynced < sync_retries => {
+                            unsynced += 1;
+                            tokio::time::sleep(Duration::from_millis(50 * unsynced as u64)).await;
                         }
                         other => return other,
                     }

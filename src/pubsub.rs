@@ -22,7 +22,9 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Notify};
 
-use crate::client::Config;
+use crate::client::{Config, Deployment};
+use crate::connection::{cluster_client, open_client, Conn, SentinelMaster};
+use crate::error::Result;
 
 /// Shared state of one channel's local waiters.
 pub(crate) struct ChannelEntry {
@@ -33,6 +35,17 @@ pub(crate) struct ChannelEntry {
     /// True once Redis confirmed the SUBSCRIBE for this entry.
     ready: AtomicBool,
     ready_changed: Notify,
+}
+
+mod cluster;
+
+/// How a cluster hub subscribes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// `SSUBSCRIBE` at the node that owns the channel's slot.
+    Sharded,
+    /// `SUBSCRIBE` at any node: classic messages reach every node.
+    Classic,
 }
 
 enum Command {
@@ -54,8 +67,29 @@ pub(crate) struct PubSubHub {
     shared: Arc<HubShared>,
 }
 
+/// Where the subscriber connection of a single server or Sentinel deployment goes.
+enum Source {
+    Fixed(redis::Client),
+    /// The master the sentinels name now; the hub moves when it changes.
+    Sentinel(Arc<SentinelMaster>),
+}
+
+impl Source {
+    fn client(&self) -> redis::Client {
+        match self {
+            Source::Fixed(c) => c.clone(),
+            Source::Sentinel(s) => s.master_client(),
+        }
+    }
+}
+
 impl PubSubHub {
-    pub(crate) fn start(client: redis::Client, config: &Config, runtime: &Handle) -> PubSubHub {
+    pub(crate) async fn start(
+        deployment: &Deployment,
+        conn: &Conn,
+        config: &Config,
+        runtime: &Handle,
+    ) -> Result<PubSubHub> {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(HubShared {
             channels: Mutex::new(HashMap::new()),
@@ -63,14 +97,39 @@ impl PubSubHub {
             next_id: AtomicU64::new(1),
             connected: AtomicBool::new(false),
         });
-        runtime.spawn(actor(
-            Arc::downgrade(&shared),
-            client,
-            rx,
-            config.connect_timeout,
-            config.response_timeout,
-        ));
-        PubSubHub { shared }
+        let weak = Arc::downgrade(&shared);
+        let timeouts = (config.connect_timeout, config.response_timeout);
+        match deployment {
+            Deployment::Cluster { nodes } => {
+                let (push_tx, push_rx) = mpsc::unbounded_channel();
+                let client = cluster_client(nodes, config, Some(push_tx))?;
+                let mode = if conn.sharded() {
+                    Mode::Sharded
+                } else {
+                    Mode::Classic
+                };
+                runtime.spawn(crate::pubsub::cluster::actor(
+                    weak, client, push_rx, rx, mode, timeouts,
+                ));
+            }
+            Deployment::Single { url } => {
+                let source = Source::Fixed(open_client(url)?);
+                runtime.spawn(actor(weak, source, rx, timeouts.0, timeouts.1));
+            }
+            Deployment::Sentinel { .. } => {
+                let sentinel = conn
+                    .sentinel()
+                    .expect("a Sentinel deployment has a Sentinel connection");
+                runtime.spawn(actor(
+                    weak,
+                    Source::Sentinel(sentinel),
+                    rx,
+                    timeouts.0,
+                    timeouts.1,
+                ));
+            }
+        }
+        Ok(PubSubHub { shared })
     }
 
     /// Joins the waiters of `channel`, subscribing it if this is the first one.
@@ -174,7 +233,7 @@ impl Drop for Subscription {
 /// The actor that owns the subscriber connection.
 async fn actor(
     weak: Weak<HubShared>,
-    client: redis::Client,
+    source: Source,
     mut rx: mpsc::UnboundedReceiver<Command>,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -195,6 +254,11 @@ async fn actor(
                 None => return,
             }
         }
+        let mut master_changed = match &source {
+            Source::Sentinel(s) => Some(s.generation()),
+            Source::Fixed(_) => None,
+        };
+        let client = source.client();
         let conn = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
         let pubsub = match conn {
             Ok(Ok(p)) => p,
@@ -269,29 +333,58 @@ async fn actor(
                         break e;
                     }
                 }
+                _ = changed(&mut master_changed) => {
+                    break "the sentinels named another master".to_string();
+                }
                 msg = stream.next() => {
                     let Some(msg) = msg else { break "connection closed".to_string() };
                     let Some(shared) = weak.upgrade() else { return };
-                    let entry = shared.channels.lock().get(msg.get_channel_name()).cloned();
-                    if let Some(entry) = entry {
-                        if msg.get_payload_bytes() == b"1" {
-                            // Redisson's read-unlock message: every waiter may proceed.
-                            entry.wake.notify_waiters();
-                        }
-                        entry.wake.notify_one();
-                    }
+                    shared.deliver(msg.get_channel_name().as_bytes(), msg.get_payload_bytes());
                 }
             }
         };
         tracing::warn!(reason = %broken, "pub/sub connection lost; reconnecting");
         let Some(shared) = weak.upgrade() else { return };
-        shared.connected.store(false, Ordering::SeqCst);
-        for entry in shared.channels.lock().values() {
+        shared.disconnected();
+    }
+}
+
+impl HubShared {
+    /// Every entry loses its confirmed subscription; waiters retry now rather than
+    /// sleep through a message that will never come.
+    fn disconnected(&self) {
+        self.connected.store(false, Ordering::SeqCst);
+        for entry in self.channels.lock().values() {
             entry.ready.store(false, Ordering::SeqCst);
-            // Waiters retry now rather than sleep through a message that will never come.
             entry.wake.notify_waiters();
         }
-        drop(shared);
+    }
+
+    /// An unlock message arrived on `channel`.
+    fn deliver(&self, channel: &[u8], payload: &[u8]) {
+        let Ok(channel) = std::str::from_utf8(channel) else {
+            return;
+        };
+        let entry = self.channels.lock().get(channel).cloned();
+        if let Some(entry) = entry {
+            if payload == b"1" {
+                // Redisson's read-unlock message: every waiter may proceed.
+                entry.wake.notify_waiters();
+            }
+            entry.wake.notify_one();
+        }
+    }
+}
+
+/// Completes when the watched master changes; never without a watch.
+async fn changed(watch: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    match watch {
+        Some(w) => {
+            if w.changed().await.is_err() {
+                std::future::pending::<()>().await
+            }
+        }
+        None => std::future::pending::<()>().await,
     }
 }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::client::Conn;
+use crate::connection::{Conn, Synced};
+use crate::slot::{has_hash_tag, key_slot};
 use crate::error::{Error, Result};
 use crate::scripts::{ACQUIRE, FORCE_UNLOCK, RENEW, UNLOCK};
 
@@ -16,13 +17,21 @@ use crate::scripts::{ACQUIRE, FORCE_UNLOCK, RENEW, UNLOCK};
 pub const UNLOCK_MESSAGE: &str = "0";
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
-/// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster slot.
+/// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster
+/// slot, except for names with braces that form no tag (see [`cluster_safe`]).
 fn prefixed(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
+    // Redisson tests for any `{`; a `{` that opens no tag (`a{b`) would then leave the
+    // prefixed key in another slot, so only a real tag counts here.
+    if has_hash_tag(name.as_bytes()) {
         format!("{prefix}:{name}")
     } else {
         format!("{prefix}:{{{name}}}")
     }
+}
+
+/// True when every auxiliary key of `name` hashes to the slot of `name` itself.
+pub(crate) fn cluster_safe(name: &str) -> bool {
+    key_slot(name.as_bytes()) == key_slot(channel_name(name).as_bytes())
 }
 
 /// The pub/sub channel of the lock `name`: `redisson_lock__channel:{<name>}`.
@@ -116,11 +125,23 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
+    let (reply, synced) = reply;
     let pair = match &reply {
         Value::Array(items) if items.len() == 2 => (int(&items[0]), int(&items[1])),
         _ => (None, None),
     };
     match pair {
+        (Some(1), Some(_)) if synced == Synced::Acked(0) => {
+            rollback(conn, call).await;
+            let waited = match conn.sync() {
+                crate::client::ReplicaSync::Wait { timeout, .. } => *timeout,
+                crate::client::ReplicaSync::Off => Duration::ZERO,
+            };
+            Err(Error::NotReplicated {
+                name: call.name.to_string(),
+                waited,
+            })
+        }
         (Some(1), Some(token)) if token > 0 => Ok(Attempt::Acquired(token as u64)),
         (Some(0), Some(ttl)) if ttl >= 0 => {
             Ok(Attempt::Busy(Some(Duration::from_millis(ttl as u64))))
@@ -130,6 +151,26 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
         (Some(0), Some(-2)) => Ok(Attempt::Busy(Some(Duration::ZERO))),
         (Some(0), Some(_)) => Ok(Attempt::Busy(None)),
         _ => Err(unexpected("acquire", &reply)),
+    }
+}
+
+/// Undoes a hold that reached no replica. Best effort: if this fails too, the hold ends
+/// with its lease.
+async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
+    let latch = latch_key(call.name, &request_id());
+    let channel = channel_name(call.name);
+    let undo = ReleaseCall {
+        name: call.name,
+        channel: &channel,
+        latch: &latch,
+        acquire_latch: call.latch,
+        field: call.field,
+        keep: None,
+        latch_ttl: call.latch_ttl,
+    };
+    match release(conn, &undo).await {
+        Ok(r) => tracing::warn!(lock = %call.name, outcome = ?r, "no replica acknowledged the acquisition; rolled back"),
+        Err(e) => tracing::warn!(lock = %call.name, error = %e, "no replica acknowledged the acquisition, and the rollback failed; the hold ends with its lease"),
     }
 }
 
@@ -158,9 +199,16 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         .arg(call.keep.map(ms).unwrap_or(0))
         .arg(call.field)
         .arg(ms(call.latch_ttl).max(1))
+        .arg(conn.publish_command())
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
+    let (reply, synced) = reply;
+    if synced == Synced::Acked(0) {
+        // Nothing to undo: an unlock that is lost at failover leaves a lock that
+        // expires by its lease, which is safe.
+        tracing::debug!(lock = %call.name, "no replica acknowledged an unlock");
+    }
     match reply {
         Value::Nil => Ok(Release::NotHeld),
         ref v => match int(v) {
@@ -186,7 +234,7 @@ pub(crate) async fn renew(
         call = call.arg(field);
     }
     let first = batch.first().map(|b| b.0).unwrap_or("");
-    let reply = call
+    let (reply, _) = call
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, first, conn.response_timeout))?;
@@ -204,9 +252,11 @@ pub(crate) async fn force_release(conn: &Conn, name: &str, channel: &str) -> Res
         .key(name)
         .key(channel)
         .arg(UNLOCK_MESSAGE)
+        .arg(conn.publish_command())
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
+    let (reply, _) = reply;
     match int(&reply) {
         Some(n) => Ok(n == 1),
         None => Err(unexpected("force unlock", &reply)),

@@ -7,7 +7,7 @@
 use once_cell::sync::Lazy;
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 
-use crate::client::Conn;
+use crate::connection::{Conn, Synced};
 
 /// One script: its source and SHA1, computed once per process.
 pub(crate) struct LuaScript {
@@ -79,11 +79,13 @@ impl ScriptCall {
         cmd
     }
 
-    /// Sends the call by SHA, falling back to the full source on `NOSCRIPT`.
-    pub(crate) async fn run(self, conn: &Conn) -> RedisResult<Value> {
-        match conn.query(&self.command(true)).await {
+    /// Sends the call by SHA, falling back to the full source on `NOSCRIPT`; followed
+    /// by the replica sync `WAIT` on the same connection when sync is on.
+    pub(crate) async fn run(self, conn: &Conn) -> RedisResult<(Value, Synced)> {
+        let key = self.keys.first().cloned().unwrap_or_default();
+        match conn.query_synced(&self.command(true), &key).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                conn.query(&self.command(false)).await
+                conn.query_synced(&self.command(false), &key).await
             }
             other => other,
         }

@@ -23,7 +23,8 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::client::{Config, Conn};
+use crate::client::Config;
+use crate::connection::Conn;
 use crate::raw;
 
 /// Keys renewed by one script call (Redisson's `lockWatchdogBatchSize`).
@@ -238,7 +239,12 @@ impl Shared {
                 self.mark_lost(&entry, "lease ran out before a renewal succeeded");
             }
         }
-        let batches = live.chunks(BATCH).map(|chunk| self.renew_batch(chunk));
+        // On a cluster one script may only touch one slot's keys.
+        let groups = self.conn.group_by_slot(live, |e| e.name.as_bytes());
+        let batches = groups
+            .iter()
+            .flat_map(|g| g.chunks(BATCH))
+            .map(|chunk| self.renew_batch(chunk));
         futures_util::future::join_all(batches).await;
     }
 

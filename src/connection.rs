@@ -1,0 +1,529 @@
+//! Command connections to each kind of deployment, and replica sync.
+//!
+//! The lock code sends every command through [`Conn::query`] (or [`Conn::query_synced`]
+//! for writes that must reach a replica) and never asks what it talks to:
+//!
+//! - a single server: one redis-rs `ConnectionManager`;
+//! - Sentinel: a `ConnectionManager` to the master the sentinels name, replaced when
+//!   they name another one (polled, and checked at once after an error that smells of a
+//!   failover);
+//! - Cluster: redis-rs's cluster connection, which routes by key and follows `MOVED`.
+//!
+//! Replica sync sends `WAIT` in the same pipeline as the script, so it runs on the
+//! connection that made the write: `WAIT` only counts the calling connection's writes.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use tokio::runtime::Handle;
+use tokio::sync::{watch, Notify};
+
+use crate::client::{Config, Deployment, ReplicaSync, ShardedPubSub};
+use crate::error::{Error, Result};
+use crate::slot::key_slot;
+
+/// The command connection of a client. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Conn {
+    backend: Arc<Backend>,
+    pub(crate) response_timeout: Duration,
+    sync: ReplicaSync,
+    /// Unlock messages go out with `SPUBLISH` (cluster with sharded pub/sub).
+    sharded: bool,
+}
+
+enum Backend {
+    Single(ConnectionManager),
+    Sentinel(Arc<SentinelMaster>),
+    Cluster(ClusterConnection),
+}
+
+/// What the replica sync of one write found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Synced {
+    /// Sync is off, or there is no replica to wait for: nothing was asked.
+    NotAsked,
+    /// This many replicas acknowledged the write within the timeout.
+    Acked(i64),
+}
+
+pub(crate) fn manager_config(config: &Config) -> ConnectionManagerConfig {
+    // One quick retry only: a request that finds the connection broken waits for the
+    // reconnect, and must fail within the configured timeouts, not after a long backoff.
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.response_timeout))
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(100))
+}
+
+fn bad_url(url: &str, e: RedisError) -> Error {
+    Error::InvalidConfig(format!("bad Redis URL `{url}`: {e}"))
+}
+
+pub(crate) fn open_client(url: &str) -> Result<redis::Client> {
+    redis::Client::open(url).map_err(|e| bad_url(url, e))
+}
+
+async fn connect_manager(client: redis::Client, config: &Config) -> Result<ConnectionManager> {
+    let limit = config.connect_timeout * 2 + config.response_timeout + Duration::from_millis(200);
+    tokio::time::timeout(
+        limit,
+        ConnectionManager::new_with_config(client, manager_config(config)),
+    )
+    .await
+    .map_err(|_| Error::Timeout {
+        op: "connect",
+        after: config.connect_timeout,
+    })?
+    .map_err(|e| Error::from_redis(e, "", config.connect_timeout))
+}
+
+/// Builds a cluster client for `nodes`; `push` makes it a RESP3 client whose pushes go
+/// to the given channel (used by the pub/sub hub).
+pub(crate) fn cluster_client(
+    nodes: &[String],
+    config: &Config,
+    push: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
+) -> Result<redis::cluster::ClusterClient> {
+    for url in nodes {
+        open_client(url)?;
+    }
+    let mut builder = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.response_timeout)
+        .retries(3)
+        .min_retry_wait(10)
+        .max_retry_wait(200);
+    if let Some(tx) = push {
+        builder = builder
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(tx);
+    }
+    builder
+        .build()
+        .map_err(|e| Error::InvalidConfig(format!("bad cluster configuration: {e}")))
+}
+
+impl Conn {
+    pub(crate) async fn connect(
+        deployment: &Deployment,
+        config: &Config,
+        runtime: &Handle,
+    ) -> Result<Conn> {
+        let backend = match deployment {
+            Deployment::Single { url } => {
+                Backend::Single(connect_manager(open_client(url)?, config).await?)
+            }
+            Deployment::Sentinel {
+                sentinels,
+                master_name,
+            } => Backend::Sentinel(
+                SentinelMaster::connect(sentinels, master_name, config, runtime).await?,
+            ),
+            Deployment::Cluster { nodes } => {
+                let client = cluster_client(nodes, config, None)?;
+                let limit = config.connect_timeout * 2 + config.response_timeout;
+                let conn = tokio::time::timeout(limit, client.get_async_connection())
+                    .await
+                    .map_err(|_| Error::Timeout {
+                        op: "connect",
+                        after: config.connect_timeout,
+                    })?
+                    .map_err(|e| Error::from_redis(e, "", config.connect_timeout))?;
+                Backend::Cluster(conn)
+            }
+        };
+        let sync = match (deployment, &config.replica_sync) {
+            (_, Some(chosen)) => chosen.clone(),
+            // A single server has no failover to guard against; WAIT would only add a
+            // round trip (and block for the timeout where replicas are absent).
+            (Deployment::Single { .. }, None) => ReplicaSync::Off,
+            (_, None) => ReplicaSync::default_wait(),
+        };
+        let sharded = match (&backend, config.sharded_pubsub) {
+            (Backend::Cluster(_), ShardedPubSub::On) => true,
+            (Backend::Cluster(c), ShardedPubSub::Auto) => {
+                // Redis before 7.0 does not know the subcommand.
+                let probe = redis::cmd("PUBSUB").arg("SHARDNUMSUB").clone();
+                matches!(
+                    c.clone().req_packed_command(&probe).await,
+                    Ok(ref v) if !matches!(v, Value::ServerError(_))
+                )
+            }
+            _ => false,
+        };
+        Ok(Conn {
+            backend: Arc::new(backend),
+            response_timeout: config.response_timeout,
+            sync,
+            sharded,
+        })
+    }
+
+    /// True when unlock messages use sharded pub/sub.
+    pub(crate) fn sharded(&self) -> bool {
+        self.sharded
+    }
+
+    /// The command scripts publish unlock messages with.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        if self.sharded {
+            "spublish"
+        } else {
+            "publish"
+        }
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(*self.backend, Backend::Cluster(_))
+    }
+
+    pub(crate) fn sync(&self) -> &ReplicaSync {
+        &self.sync
+    }
+
+    /// The Sentinel view of the master, for the pub/sub hub to follow.
+    pub(crate) fn sentinel(&self) -> Option<Arc<SentinelMaster>> {
+        match &*self.backend {
+            Backend::Sentinel(s) => Some(s.clone()),
+            _ => None,
+        }
+    }
+
+    /// Sends one command and returns its reply; server errors become `Err`.
+    pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let reply = match &*self.backend {
+            Backend::Single(m) => m.clone().send_packed_command(cmd).await,
+            Backend::Cluster(c) => c.clone().req_packed_command(cmd).await,
+            Backend::Sentinel(s) => return s.query(cmd).await,
+        };
+        // Server errors arrive as values; make them errors here, once for all callers.
+        reply.and_then(|v| v.extract_error())
+    }
+
+    /// Sends `cmd` (a write whose first key is `key`) followed by `WAIT`, on the same
+    /// connection, when replica sync is on. Returns the command's reply and what the
+    /// `WAIT` found.
+    pub(crate) async fn query_synced(&self, cmd: &Cmd, key: &[u8]) -> RedisResult<(Value, Synced)> {
+        let ReplicaSync::Wait { timeout, acks, .. } = &self.sync else {
+            return Ok((self.query(cmd).await?, Synced::NotAsked));
+        };
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(*acks).arg(timeout.as_millis() as u64);
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone()).add_command(wait);
+        let replies = match &*self.backend {
+            Backend::Single(m) => m.clone().send_packed_commands(&pipe, 0, 2).await,
+            Backend::Sentinel(s) => {
+                if s.replicas() == 0 {
+                    return Ok((s.query(cmd).await?, Synced::NotAsked));
+                }
+                s.query_pipeline(&pipe).await
+            }
+            Backend::Cluster(c) => {
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
+                    key_slot(key),
+                    SlotAddr::Master,
+                ));
+                c.clone().route_pipeline(pipe, 0, 2, route).await
+            }
+        }?;
+        let mut it = replies.into_iter();
+        let (Some(reply), Some(acked)) = (it.next(), it.next()) else {
+            return Err(RedisError::from((
+                ErrorKind::UnexpectedReturnType,
+                "WAIT pipeline answered too few replies",
+            )));
+        };
+        let reply = reply.extract_error()?;
+        let acked = match acked.extract_error()? {
+            Value::Int(n) => n,
+            other => {
+                return Err(RedisError::from((
+                    ErrorKind::UnexpectedReturnType,
+                    "WAIT answered a non-integer",
+                    format!("{other:?}"),
+                )))
+            }
+        };
+        Ok((reply, Synced::Acked(acked)))
+    }
+
+    /// Groups keys so that each group can go into one multi-key command: by slot on a
+    /// cluster, all together elsewhere.
+    pub(crate) fn group_by_slot<T>(&self, items: Vec<T>, key: impl Fn(&T) -> &[u8]) -> Vec<Vec<T>> {
+        if !self.is_cluster() {
+            return if items.is_empty() {
+                Vec::new()
+            } else {
+                vec![items]
+            };
+        }
+        let mut groups: std::collections::BTreeMap<u16, Vec<T>> = Default::default();
+        for item in items {
+            groups.entry(key_slot(key(&item))).or_default().push(item);
+        }
+        groups.into_values().collect()
+    }
+}
+
+/// True for errors after which the Sentinel master should be looked up again.
+fn smells_of_failover(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+}
+
+/// The master the sentinels currently name, with a connection to it.
+pub(crate) struct SentinelMaster {
+    sentinels: Vec<redis::Client>,
+    master_name: String,
+    config: Config,
+    current: RwLock<Arc<MasterConn>>,
+    replicas: AtomicUsize,
+    /// Bumped on every switch, so that the pub/sub hub can move too.
+    generation: watch::Sender<u64>,
+    /// Asks the follower to check now instead of at its next poll.
+    kick: Notify,
+}
+
+struct MasterConn {
+    addr: (String, u16),
+    client: redis::Client,
+    manager: ConnectionManager,
+}
+
+/// How often the sentinels are asked who the master is (Redisson's `scanInterval`).
+const SENTINEL_POLL: Duration = Duration::from_secs(1);
+
+impl SentinelMaster {
+    async fn connect(
+        urls: &[String],
+        master_name: &str,
+        config: &Config,
+        runtime: &Handle,
+    ) -> Result<Arc<SentinelMaster>> {
+        if urls.is_empty() {
+            return Err(Error::InvalidConfig("no sentinel address given".into()));
+        }
+        if master_name.is_empty() {
+            return Err(Error::InvalidConfig("sentinel master name is empty".into()));
+        }
+        let sentinels = urls
+            .iter()
+            .map(|u| open_client(u))
+            .collect::<Result<Vec<_>>>()?;
+        let (addr, replicas) = ask_sentinels(&sentinels, master_name, config).await?;
+        let master = open_master(&addr, config).await?;
+        let this = Arc::new(SentinelMaster {
+            sentinels,
+            master_name: master_name.to_string(),
+            config: config.clone(),
+            current: RwLock::new(Arc::new(master)),
+            replicas: AtomicUsize::new(replicas),
+            generation: watch::channel(0).0,
+            kick: Notify::new(),
+        });
+        runtime.spawn(follow(Arc::downgrade(&this)));
+        Ok(this)
+    }
+
+    fn current(&self) -> Arc<MasterConn> {
+        self.current.read().clone()
+    }
+
+    /// Number of replicas the master had when last asked.
+    pub(crate) fn replicas(&self) -> usize {
+        self.replicas.load(Ordering::Relaxed)
+    }
+
+    /// A client for the current master (the pub/sub hub connects with it).
+    pub(crate) fn master_client(&self) -> redis::Client {
+        self.current().client.clone()
+    }
+
+    /// Changes when the master changes.
+    pub(crate) fn generation(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let master = self.current();
+        let reply = master
+            .manager
+            .clone()
+            .send_packed_command(cmd)
+            .await
+            .and_then(|v| v.extract_error());
+        match reply {
+            Err(e) if smells_of_failover(&e) => {
+                let readonly = e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+                    || e.code() == Some("READONLY");
+                if readonly && self.await_switch(&master).await {
+                    // A READONLY write did not happen, so it is safe to send again.
+                    let master = self.current();
+                    return master
+                        .manager
+                        .clone()
+                        .send_packed_command(cmd)
+                        .await
+                        .and_then(|v| v.extract_error());
+                }
+                self.kick.notify_one();
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    async fn query_pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        let master = self.current();
+        let replies = master.manager.clone().send_packed_commands(pipe, 0, 2).await;
+        match &replies {
+            Err(e) if smells_of_failover(e) => self.kick.notify_one(),
+            Ok(v) => {
+                if let Some(Value::ServerError(se)) = v.first() {
+                    if se.code() == "READONLY" {
+                        self.kick.notify_one();
+                    }
+                }
+            }
+            _ => {}
+        }
+        replies
+    }
+
+    /// Asks for a check now and waits up to the response timeout for a new master.
+    async fn await_switch(&self, seen: &Arc<MasterConn>) -> bool {
+        let mut generation = self.generation();
+        self.kick.notify_one();
+        let deadline = tokio::time::Instant::now() + self.config.response_timeout;
+        loop {
+            if !Arc::ptr_eq(&self.current(), seen) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, generation.changed())
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+    }
+
+    /// One check: who is the master, and how many replicas does it have.
+    async fn check(&self) {
+        let found = ask_sentinels(&self.sentinels, &self.master_name, &self.config).await;
+        let (addr, replicas) = match found {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "no sentinel answered; keeping the current master");
+                return;
+            }
+        };
+        self.replicas.store(replicas, Ordering::Relaxed);
+        if self.current().addr == addr {
+            return;
+        }
+        match open_master(&addr, &self.config).await {
+            Ok(master) => {
+                tracing::warn!(host = %addr.0, port = addr.1, "sentinel master changed; following");
+                *self.current.write() = Arc::new(master);
+                self.generation.send_modify(|g| *g += 1);
+            }
+            Err(e) => tracing::warn!(error = %e, "new master named by sentinels is unreachable"),
+        }
+    }
+}
+
+/// Keeps the master current until the client is dropped.
+async fn follow(weak: std::sync::Weak<SentinelMaster>) {
+    loop {
+        let Some(this) = weak.upgrade() else { return };
+        let kicked = async {
+            tokio::select! {
+                _ = tokio::time::sleep(SENTINEL_POLL) => {}
+                _ = this.kick.notified() => {}
+            }
+        };
+        kicked.await;
+        this.check().await;
+    }
+}
+
+/// Asks each sentinel in turn for the master's address, then confirms with the master
+/// itself (`ROLE`) that it is one: a sentinel can lag behind a failover.
+async fn ask_sentinels(
+    sentinels: &[redis::Client],
+    name: &str,
+    config: &Config,
+) -> Result<((String, u16), usize)> {
+    let mut last_err = None;
+    for sentinel in sentinels {
+        let asked = async {
+            let mut conn = sentinel.get_multiplexed_async_connection().await?;
+            let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(name)
+                .query_async(&mut conn)
+                .await?;
+            let Some(addr) = addr else {
+                return Ok(None);
+            };
+            let node = redis::Client::open(format!("redis://{}:{}/", addr.0, addr.1))?;
+            let mut node_conn = node.get_multiplexed_async_connection().await?;
+            let role: Value = redis::cmd("ROLE").query_async(&mut node_conn).await?;
+            Ok::<_, RedisError>(parse_master_role(&role).map(|replicas| (addr, replicas)))
+        };
+        let limit = config.connect_timeout + config.response_timeout;
+        match tokio::time::timeout(limit, asked).await {
+            Ok(Ok(Some(found))) => return Ok(found),
+            Ok(Ok(None)) => last_err = Some(format!("sentinel knows no master `{name}`, or it is not a master yet")),
+            Ok(Err(e)) => last_err = Some(e.to_string()),
+            Err(_) => last_err = Some(format!("no answer within {limit:?}")),
+        }
+    }
+    Err(Error::Unavailable(RedisError::from((
+        ErrorKind::Io,
+        "no sentinel named a reachable master",
+        last_err.unwrap_or_default(),
+    ))))
+}
+
+/// `Some(number of replicas)` when a `ROLE` reply says "master".
+fn parse_master_role(v: &Value) -> Option<usize> {
+    let Value::Array(items) = v else { return None };
+    let role = match items.first()? {
+        Value::BulkString(b) => b.as_slice(),
+        Value::SimpleString(s) => s.as_bytes(),
+        _ => return None,
+    };
+    if role != b"master" {
+        return None;
+    }
+    match items.get(2) {
+        Some(Value::Array(replicas)) => Some(replicas.len()),
+        _ => Some(0),
+    }
+}
+
+async fn open_master(addr: &(String, u16), config: &Config) -> Result<MasterConn> {
+    let client = open_client(&format!("redis://{}:{}/", addr.0, addr.1))?;
+    let manager = connect_manager(client.clone(), config).await?;
+    Ok(MasterConn {
+        addr: addr.clone(),
+        client,
+        manager,
+    })
+}

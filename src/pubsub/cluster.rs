@@ -1,0 +1,239 @@
+//! The hub's actor on a Redis Cluster.
+//!
+//! It uses redis-rs's cluster connection in RESP3 mode, whose pushes (messages and
+//! subscription changes) arrive on a channel. Sharded channels are subscribed one by
+//! one, since `SSUBSCRIBE` of channels in different slots is refused, and the cluster
+//! connection sends each to the node that owns the channel's slot.
+//!
+//! Failover is the case to get right. The old owner of a slot tells its shard
+//! subscribers `sunsubscribe` when it loses the slot; a killed node just disconnects.
+//! Either way every affected channel that still has waiters is subscribed again (the
+//! connection refreshes its slot map on the `MOVED` that follows, so the new subscription
+//! lands at the new owner), and its waiters are woken to try the lock once more, since
+//! an unlock may have been published where nobody listened.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::mpsc;
+
+use super::{sleep_draining, Command, HubShared, Mode};
+
+pub(super) async fn actor(
+    weak: Weak<HubShared>,
+    client: redis::cluster::ClusterClient,
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+    mut rx: mpsc::UnboundedReceiver<Command>,
+    mode: Mode,
+    (connect_timeout, response_timeout): (Duration, Duration),
+) {
+    let mut pending: Vec<Command> = match rx.recv().await {
+        Some(c) => vec![c],
+        None => return,
+    };
+    let mut backoff = Duration::from_millis(20);
+    let conn = loop {
+        match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
+            Ok(Ok(c)) => break c,
+            Ok(Err(e)) => tracing::warn!(error = %e, "cluster pub/sub connect failed"),
+            Err(_) => tracing::warn!("cluster pub/sub connect timed out"),
+        }
+        if !sleep_draining(&mut rx, &mut pending, backoff).await {
+            return;
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    };
+    let mut hub = ClusterHub {
+        conn,
+        mode,
+        subscribed: HashSet::new(),
+        retry: HashSet::new(),
+        response_timeout,
+    };
+    if let Some(shared) = weak.upgrade() {
+        shared.connected.store(true, Ordering::SeqCst);
+        hub.apply(&shared, std::mem::take(&mut pending)).await;
+    }
+    let mut retry_timer = Box::pin(tokio::time::sleep(Duration::from_secs(3600)));
+    loop {
+        tokio::select! {
+            cmd = rx.recv() => {
+                let Some(cmd) = cmd else { return };
+                let mut batch = vec![cmd];
+                while let Ok(more) = rx.try_recv() {
+                    batch.push(more);
+                }
+                let Some(shared) = weak.upgrade() else { return };
+                hub.apply(&shared, batch).await;
+            }
+            push = pushes.recv() => {
+                let Some(push) = push else { return };
+                let Some(shared) = weak.upgrade() else { return };
+                hub.on_push(&shared, push);
+            }
+            _ = &mut retry_timer, if !hub.retry.is_empty() => {}
+        }
+        if !hub.retry.is_empty() {
+            let Some(shared) = weak.upgrade() else { return };
+            hub.resubscribe(&shared).await;
+            if !hub.retry.is_empty() {
+                retry_timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+struct ClusterHub {
+    conn: ClusterConnection,
+    mode: Mode,
+    /// Channels Redis confirmed.
+    subscribed: HashSet<Arc<str>>,
+    /// Channels with waiters whose subscription was lost and must be made again.
+    retry: HashSet<Arc<str>>,
+    response_timeout: Duration,
+}
+
+impl ClusterHub {
+    async fn subscribe(&mut self, channel: &str) -> Result<(), String> {
+        let (mut conn, mode) = (self.conn.clone(), self.mode);
+        let fut = async move {
+            match mode {
+                Mode::Sharded => conn.ssubscribe(channel).await,
+                Mode::Classic => conn.subscribe(channel).await,
+            }
+        };
+        match tokio::time::timeout(self.response_timeout, fut).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("no answer".into()),
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) {
+        let (mut conn, mode) = (self.conn.clone(), self.mode);
+        let fut = async move {
+            match mode {
+                Mode::Sharded => conn.sunsubscribe(channel).await,
+                Mode::Classic => conn.unsubscribe(channel).await,
+            }
+        };
+        // A failed unsubscribe costs only stray messages, which find no entry.
+        let _ = tokio::time::timeout(self.response_timeout, fut).await;
+    }
+
+    async fn apply(&mut self, shared: &HubShared, batch: Vec<Command>) {
+        let mut to_sub: Vec<(Arc<str>, u64)> = Vec::new();
+        let mut to_unsub: Vec<Arc<str>> = Vec::new();
+        {
+            let channels = shared.channels.lock();
+            for cmd in batch {
+                match cmd {
+                    Command::Subscribe(ch, id) => {
+                        if channels.get(&ch).is_some_and(|e| e.id == id) {
+                            to_sub.push((ch, id));
+                        }
+                    }
+                    Command::Unsubscribe(ch) => {
+                        if !channels.contains_key(&ch) && self.subscribed.contains(&ch) {
+                            to_unsub.push(ch);
+                        }
+                    }
+                }
+            }
+        }
+        for ch in to_unsub {
+            self.subscribed.remove(&ch);
+            self.retry.remove(&ch);
+            self.unsubscribe(&ch).await;
+        }
+        for (ch, id) in to_sub {
+            if !self.subscribed.contains(&ch) {
+                match self.subscribe(&ch).await {
+                    Ok(()) => {
+                        self.subscribed.insert(ch.clone());
+                    }
+                    Err(e) => {
+                        tracing::warn!(channel = %ch, error = %e, "cluster subscribe failed; retrying");
+                        self.retry.insert(ch.clone());
+                        continue;
+                    }
+                }
+            }
+            if let Some(entry) = shared.channels.lock().get(&ch).filter(|e| e.id == id) {
+                entry.ready.store(true, Ordering::SeqCst);
+                entry.ready_changed.notify_waiters();
+            }
+        }
+    }
+
+    fn on_push(&mut self, shared: &HubShared, push: PushInfo) {
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => {
+                if let (Some(Value::BulkString(ch)), Some(Value::BulkString(payload))) =
+                    (push.data.first(), push.data.get(1))
+                {
+                    shared.deliver(ch, payload);
+                }
+            }
+            PushKind::SUnsubscribe | PushKind::Unsubscribe => {
+                // Ours are for channels without waiters; one for a channel that still
+                // has waiters comes from a node that gave its slot away.
+                let Some(Value::BulkString(ch)) = push.data.first() else {
+                    return;
+                };
+                let Ok(ch) = std::str::from_utf8(ch) else {
+                    return;
+                };
+                let entry = shared.channels.lock().get(ch).cloned();
+                if let Some(entry) = entry {
+                    tracing::info!(channel = %ch, "subscription dropped by the server; subscribing again");
+                    let ch: Arc<str> = ch.into();
+                    self.subscribed.remove(&ch);
+                    self.retry.insert(ch);
+                    entry.ready.store(false, Ordering::SeqCst);
+                    entry.wake.notify_waiters();
+                }
+            }
+            PushKind::Disconnection => {
+                // Which node went away is not said; subscribing again is idempotent.
+                tracing::info!("a cluster pub/sub connection dropped; subscribing again");
+                let wanted: Vec<Arc<str>> = shared.channels.lock().keys().cloned().collect();
+                for ch in wanted {
+                    self.subscribed.remove(&ch);
+                    self.retry.insert(ch);
+                }
+                shared.disconnected();
+                shared.connected.store(true, Ordering::SeqCst);
+            }
+            _ => {}
+        }
+    }
+
+    async fn resubscribe(&mut self, shared: &HubShared) {
+        let retry: Vec<Arc<str>> = self.retry.drain().collect();
+        for ch in retry {
+            let entry = shared.channels.lock().get(&ch).cloned();
+            let Some(entry) = entry else { continue };
+            match self.subscribe(&ch).await {
+                Ok(()) => {
+                    self.subscribed.insert(ch.clone());
+                    entry.ready.store(true, Ordering::SeqCst);
+                    entry.ready_changed.notify_waiters();
+                    // An unlock may have gone out while nobody listened.
+                    entry.wake.notify_waiters();
+                    entry.wake.notify_one();
+                }
+                Err(e) => {
+                    tracing::debug!(channel = %ch, error = %e, "cluster resubscribe failed; retrying");
+                    self.retry.insert(ch);
+                }
+            }
+        }
+    }
+}
