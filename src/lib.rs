@@ -41,6 +41,7 @@ mod identity;
 mod inflight;
 mod janitor;
 mod lock;
+mod multi;
 mod pubsub;
 mod raw;
 mod scripts;
@@ -55,5 +56,6 @@ pub use client::{
 pub use error::{Error, Result};
 pub use identity::OwnerId;
 pub use lock::{Lock, LockGuard, MAX_DURATION, MAX_NAME_LEN};
+pub use multi::{MultiGuard, MultiLock, RedLock};
 pub use raw::{channel_name, token_key, UNLOCK_MESSAGE};
 pub use watchdog::BATCH as RENEW_BATCH;

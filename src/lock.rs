@@ -33,7 +33,7 @@ pub(crate) fn check_duration(what: &'static str, d: Duration) -> Result<()> {
     Ok(())
 }
 
-fn check_lease(lease: Duration) -> Result<()> {
+pub(crate) fn check_lease(lease: Duration) -> Result<()> {
     if lease.is_zero() {
         return Err(Error::InvalidLease {
             lease,
@@ -122,6 +122,14 @@ impl Lock {
     /// The lock's pub/sub channel, `redisson_lock__channel:{<name>}`.
     pub fn channel(&self) -> &str {
         &self.channel
+    }
+
+    pub(crate) fn client_id(&self) -> &str {
+        &self.client.inner.id
+    }
+
+    pub(crate) fn watchdog_timeout(&self) -> Duration {
+        self.client.inner.config.watchdog_timeout
     }
 
     fn check_name(&self) -> Result<()> {
