@@ -129,6 +129,8 @@ pub(crate) struct Config {
     pub(crate) replica_sync: Option<ReplicaSync>,
     pub(crate) sharded_pubsub: ShardedPubSub,
     pub(crate) retry_window: Duration,
+    /// Addresses announced by sentinels, mapped to where this client reaches them.
+    pub(crate) address_map: Vec<((String, u16), (String, u16))>,
 }
 
 /// Default time a waiting task keeps retrying through errors such as a failover.
@@ -182,6 +184,16 @@ impl ClientBuilder {
     /// Sharded pub/sub on a cluster. Default [`ShardedPubSub::Auto`]; ignored elsewhere.
     pub fn sharded_pubsub(mut self, mode: ShardedPubSub) -> Self {
         self.config.sharded_pubsub = mode;
+        self
+    }
+
+    /// Reaches a node that the sentinels announce as `from` at `to` instead, for
+    /// clients behind NAT or port mapping (Redisson's `natMapper`). May be given more
+    /// than once.
+    pub fn map_address(mut self, from: (&str, u16), to: (&str, u16)) -> Self {
+        self.config
+            .address_map
+            .push(((from.0.to_string(), from.1), (to.0.to_string(), to.1)));
         self
     }
 
@@ -341,6 +353,7 @@ impl Client {
                 replica_sync: None,
                 sharded_pubsub: ShardedPubSub::Auto,
                 retry_window: DEFAULT_RETRY_WINDOW,
+                address_map: Vec::new(),
             },
         }
     }

@@ -478,9 +478,15 @@ async fn ask_sentinels(
                 .arg(name)
                 .query_async(&mut conn)
                 .await?;
-            let Some(addr) = addr else {
+            let Some(announced) = addr else {
                 return Ok(None);
             };
+            let addr = config
+                .address_map
+                .iter()
+                .find(|(from, _)| *from == announced)
+                .map(|(_, to)| to.clone())
+                .unwrap_or(announced);
             let node = redis::Client::open(format!("redis://{}:{}/", addr.0, addr.1))?;
             let mut node_conn = node.get_multiplexed_async_connection().await?;
             let role: Value = redis::cmd("ROLE").query_async(&mut node_conn).await?;
