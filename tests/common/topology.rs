@@ -1,0 +1,409 @@
+//! Real Redis topologies on loopback: master + replicas + sentinels, and a 6-node
+//! cluster. Blocking code: call it from `spawn_blocking` or `block_in_place` in async
+//! tests. Every wait is bounded and panics with what it was waiting for.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{free_port, RedisServer};
+
+const READY_LIMIT: Duration = Duration::from_secs(30);
+
+fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn info_field(info: &str, field: &str) -> Option<String> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+}
+
+fn online_replicas(node: &RedisServer) -> usize {
+    node.try_cmd::<String>(&["INFO", "replication"])
+        .map(|i| i.matches("state=online").count())
+        .unwrap_or(0)
+}
+
+fn is_master(port: u16) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+        return false;
+    };
+    let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
+    let role: redis::RedisResult<Vec<redis::Value>> = redis::cmd("ROLE").query(&mut c);
+    matches!(role.as_deref(), Ok([redis::Value::BulkString(r), ..]) if r == b"master")
+}
+
+/// One redis-sentinel process with its own writable config file.
+pub struct SentinelProc {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl SentinelProc {
+    /// A sentinel monitoring `127.0.0.1:<master_port>` as `name` (quorum 2, down after
+    /// 1 s, failover timeout 5 s).
+    pub fn start(dir: PathBuf, name: &str, master_port: u16) -> SentinelProc {
+        std::fs::create_dir_all(&dir).unwrap();
+        for _ in 0..10 {
+            let port = free_port();
+            let conf = dir.join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\n\
+                     sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
+                     sentinel down-after-milliseconds {name} 1000\n\
+                     sentinel failover-timeout {name} 5000\n",
+                    dir.display(),
+                    dir.join("log").display()
+                ),
+            )
+            .unwrap();
+            let mut child = Command::new("redis-sentinel")
+                .arg(&conf)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-sentinel not found: apt-get install -y redis-sentinel");
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(5) {
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                let mut s = SentinelProc {
+                    port,
+                    dir: dir.clone(),
+                    child: None,
+                };
+                if s.try_cmd::<String>(&["PING"]).is_ok() {
+                    s.child = Some(child);
+                    return s;
+                }
+                // Not ours yet: keep the directory.
+                std::mem::forget(s);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("could not start redis-sentinel in {}", dir.display());
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn try_cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
+        let client = redis::Client::open(self.url())?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+        let mut c = redis::cmd(args[0]);
+        for a in &args[1..] {
+            c.arg(*a);
+        }
+        c.query(&mut conn)
+    }
+
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        self.try_cmd(args)
+            .unwrap_or_else(|e| panic!("sentinel {args:?}: {e}"))
+    }
+
+    /// The master port this sentinel names now.
+    pub fn master_port(&self, name: &str) -> Option<u16> {
+        let addr: Option<(String, u16)> = self
+            .try_cmd(&["SENTINEL", "get-master-addr-by-name", name])
+            .ok()?;
+        addr.map(|a| a.1)
+    }
+
+    /// Whether this sentinel sees `replicas` replicas and `others` other sentinels.
+    pub fn sees(&self, name: &str, replicas: usize, others: usize) -> bool {
+        let Ok(fields) = self.try_cmd::<Vec<String>>(&["SENTINEL", "MASTER", name]) else {
+            return false;
+        };
+        let get = |k: &str| {
+            fields
+                .chunks(2)
+                .find(|kv| kv[0] == k)
+                .and_then(|kv| kv.get(1))
+                .and_then(|v| v.parse::<usize>().ok())
+        };
+        get("num-slaves") == Some(replicas) && get("num-other-sentinels") == Some(others)
+    }
+}
+
+impl Drop for SentinelProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// 1 master + 2 replicas + 3 sentinels.
+pub struct SentinelTopology {
+    pub master: RedisServer,
+    pub replicas: Vec<RedisServer>,
+    pub sentinels: Vec<SentinelProc>,
+    pub master_name: String,
+}
+
+impl SentinelTopology {
+    pub fn start() -> SentinelTopology {
+        Self::start_with(&[])
+    }
+
+    /// Extra arguments go to every data node.
+    pub fn start_with(extra: &[&str]) -> SentinelTopology {
+        let started = Instant::now();
+        let mut args = vec!["--repl-diskless-sync-delay", "0"];
+        args.extend_from_slice(extra);
+        let master = RedisServer::start_with(&args);
+        let mport = master.port.to_string();
+        let mut rargs = args.clone();
+        rargs.extend_from_slice(&["--replicaof", "127.0.0.1", &mport]);
+        let replicas: Vec<RedisServer> = (0..2).map(|_| RedisServer::start_with(&rargs)).collect();
+        wait_until("2 online replicas", READY_LIMIT, || online_replicas(&master) == 2);
+        // Sentinels learn replicas from the master's INFO, so they start after them.
+        let name = "mymaster".to_string();
+        let sentinels: Vec<SentinelProc> = (0..3)
+            .map(|i| SentinelProc::start(master.dir.join(format!("sentinel-{i}")), &name, master.port))
+            .collect();
+        wait_until("sentinels to see the topology", READY_LIMIT, || {
+            sentinels.iter().all(|s| s.sees(&name, 2, 2))
+        });
+        eprintln!("sentinel topology ready in {:?}", started.elapsed());
+        SentinelTopology {
+            master,
+            replicas,
+            sentinels,
+            master_name: name,
+        }
+    }
+
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(|s| s.url()).collect()
+    }
+
+    /// The master port as the first sentinel that answers names it.
+    pub fn current_master_port(&self) -> u16 {
+        self.sentinels
+            .iter()
+            .find_map(|s| s.master_port(&self.master_name))
+            .expect("no sentinel names a master")
+    }
+
+    pub fn nodes(&self) -> Vec<&RedisServer> {
+        std::iter::once(&self.master).chain(&self.replicas).collect()
+    }
+
+    pub fn node_by_port(&mut self, port: u16) -> &mut RedisServer {
+        std::iter::once(&mut self.master)
+            .chain(&mut self.replicas)
+            .find(|n| n.port == port)
+            .expect("no node on that port")
+    }
+
+    /// SENTINEL FAILOVER, then waits for a new, writable master that every sentinel
+    /// names. Returns its port.
+    pub fn failover(&self) -> u16 {
+        let old = self.current_master_port();
+        let _: String = self.sentinels[0].cmd(&["SENTINEL", "FAILOVER", &self.master_name]);
+        self.wait_new_master(old, READY_LIMIT)
+    }
+
+    /// Waits until all sentinels agree on a master other than `old` that says it is one.
+    pub fn wait_new_master(&self, old: u16, limit: Duration) -> u16 {
+        let mut found = 0;
+        wait_until("a new master", limit, || {
+            let ports: Vec<Option<u16>> = self
+                .sentinels
+                .iter()
+                .map(|s| s.master_port(&self.master_name))
+                .collect();
+            match ports[0] {
+                Some(p) if p != old && ports.iter().all(|q| *q == Some(p)) && is_master(p) => {
+                    found = p;
+                    true
+                }
+                _ => false,
+            }
+        });
+        found
+    }
+
+    /// Waits until the current master has `n` online replicas.
+    pub fn wait_online_replicas(&self, n: usize, limit: Duration) {
+        let port = self.current_master_port();
+        let node = self.nodes().into_iter().find(|s| s.port == port).unwrap();
+        wait_until("online replicas", limit, || online_replicas(node) >= n);
+    }
+}
+
+/// 3 masters + 3 replicas.
+pub struct ClusterTopology {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl ClusterTopology {
+    pub fn start() -> ClusterTopology {
+        let started = Instant::now();
+        let nodes: Vec<RedisServer> = (0..6)
+            .map(|_| {
+                // An explicit bus port: the default port + 10000 may be taken or too big.
+                let bus = free_port().to_string();
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-port",
+                    &bus,
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ])
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli not found: apt-get install -y redis-tools");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let topo = ClusterTopology { nodes };
+        topo.wait_ok(READY_LIMIT);
+        for n in &topo.nodes {
+            if !is_master(n.port) {
+                wait_until("replica link up", READY_LIMIT, || {
+                    n.try_cmd::<String>(&["INFO", "replication"])
+                        .ok()
+                        .and_then(|i| info_field(&i, "master_link_status"))
+                        .as_deref()
+                        == Some("up")
+                });
+            }
+        }
+        eprintln!("cluster ready in {:?}", started.elapsed());
+        topo
+    }
+
+    fn wait_ok(&self, limit: Duration) {
+        wait_until("cluster_state:ok on every live node", limit, || {
+            self.live().all(|n| {
+                n.try_cmd::<String>(&["CLUSTER", "INFO"])
+                    .map(|i| info_field(&i, "cluster_state").as_deref() == Some("ok"))
+                    .unwrap_or(false)
+            })
+        });
+    }
+
+    fn live(&self) -> impl Iterator<Item = &RedisServer> {
+        self.nodes
+            .iter()
+            .filter(|n| n.try_cmd::<String>(&["PING"]).is_ok())
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    pub fn keyslot(&self, key: &str) -> u16 {
+        self.live()
+            .find_map(|n| n.try_cmd::<u16>(&["CLUSTER", "KEYSLOT", key]).ok())
+            .expect("no live node")
+    }
+
+    /// (master port, replica ports) serving `slot`, as a live node sees it.
+    fn shard_of(&self, slot: u16) -> Option<(u16, Vec<u16>)> {
+        for n in self.live() {
+            let Ok(slots) = n.try_cmd::<Vec<redis::Value>>(&["CLUSTER", "SLOTS"]) else {
+                continue;
+            };
+            for range in slots {
+                let redis::Value::Array(items) = range else { continue };
+                let int = |v: &redis::Value| match v {
+                    redis::Value::Int(i) => Some(*i),
+                    _ => None,
+                };
+                let (Some(lo), Some(hi)) = (int(&items[0]), int(&items[1])) else {
+                    continue;
+                };
+                if (lo..=hi).contains(&(slot as i64)) {
+                    let ports: Vec<u16> = items[2..]
+                        .iter()
+                        .filter_map(|node| match node {
+                            redis::Value::Array(f) => int(&f[1]).map(|p| p as u16),
+                            _ => None,
+                        })
+                        .collect();
+                    return Some((ports[0], ports[1..].to_vec()));
+                }
+            }
+        }
+        None
+    }
+
+    pub fn master_of_slot(&self, slot: u16) -> u16 {
+        self.shard_of(slot).expect("slot not served").0
+    }
+
+    pub fn replica_of_slot(&self, slot: u16) -> u16 {
+        self.shard_of(slot).expect("slot not served").1[0]
+    }
+
+    /// CLUSTER FAILOVER at a replica of the slot's master; waits until every live node
+    /// maps the slot to it. Returns the new master's port.
+    pub fn failover_slot(&self, slot: u16) -> u16 {
+        let replica = self.replica_of_slot(slot);
+        let node = self.nodes.iter().find(|n| n.port == replica).unwrap();
+        let _: String = node.cmd(&["CLUSTER", "FAILOVER"]);
+        wait_until("the replica to take over", READY_LIMIT, || {
+            is_master(replica) && self.shard_of(slot).map(|s| s.0) == Some(replica)
+        });
+        replica
+    }
+
+    /// Waits until the slot is served by a node other than `old` and the cluster is ok.
+    pub fn wait_slot_moved(&self, slot: u16, old: u16, limit: Duration) -> u16 {
+        let mut new = 0;
+        wait_until("the slot to move", limit, || match self.shard_of(slot) {
+            Some((m, _)) if m != old && is_master(m) => {
+                new = m;
+                true
+            }
+            _ => false,
+        });
+        self.wait_ok(limit);
+        new
+    }
+
+    pub fn node_by_port(&mut self, port: u16) -> &mut RedisServer {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("no node on that port")
+    }
+}
