@@ -19,7 +19,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
@@ -41,7 +41,53 @@ pub(crate) struct Conn {
 enum Backend {
     Single(ConnectionManager),
     Sentinel(Arc<SentinelMaster>),
-    Cluster(ClusterConnection),
+    Cluster(ClusterConnection, Arc<ClusterReplicas>),
+}
+
+/// How many healthy replicas serve each slot, from `CLUSTER SLOTS`, refreshed in the
+/// background. Replica sync skips `WAIT` for a slot without replicas (a master whose
+/// replica was just promoted away, or a cluster without replicas): there is nothing
+/// to wait for, and a `WAIT` would block the node's shared connection for its timeout.
+pub(crate) struct ClusterReplicas {
+    per_slot: RwLock<Vec<u8>>,
+}
+
+/// How often the cluster's replica counts are read again.
+const CLUSTER_SCAN: Duration = Duration::from_secs(1);
+
+impl ClusterReplicas {
+    fn of(&self, slot: u16) -> u8 {
+        self.per_slot.read()[slot as usize]
+    }
+
+    async fn refresh(&self, conn: &ClusterConnection) {
+        let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
+        let Ok(Value::Array(ranges)) = conn.clone().req_packed_command(&cmd).await else {
+            return;
+        };
+        let mut table = vec![0u8; crate::slot::SLOTS as usize];
+        for range in ranges {
+            let Value::Array(items) = range else { continue };
+            let (Some(Value::Int(lo)), Some(Value::Int(hi))) = (items.first(), items.get(1))
+            else {
+                continue;
+            };
+            // Entries after the master are its replicas.
+            let replicas = items.len().saturating_sub(3).min(u8::MAX as usize) as u8;
+            for slot in (*lo).max(0)..=(*hi).min(crate::slot::SLOTS as i64 - 1) {
+                table[slot as usize] = replicas;
+            }
+        }
+        *self.per_slot.write() = table;
+    }
+}
+
+async fn scan_cluster(conn: ClusterConnection, weak: std::sync::Weak<ClusterReplicas>) {
+    loop {
+        tokio::time::sleep(CLUSTER_SCAN).await;
+        let Some(replicas) = weak.upgrade() else { return };
+        replicas.refresh(&conn).await;
+    }
 }
 
 /// What the replica sync of one write found.
@@ -138,7 +184,12 @@ impl Conn {
                         after: config.connect_timeout,
                     })?
                     .map_err(|e| Error::from_redis(e, "", config.connect_timeout))?;
-                Backend::Cluster(conn)
+                let replicas = Arc::new(ClusterReplicas {
+                    per_slot: RwLock::new(vec![0; crate::slot::SLOTS as usize]),
+                });
+                replicas.refresh(&conn).await;
+                runtime.spawn(scan_cluster(conn.clone(), Arc::downgrade(&replicas)));
+                Backend::Cluster(conn, replicas)
             }
         };
         let sync = match (deployment, &config.replica_sync) {
@@ -149,8 +200,8 @@ impl Conn {
             (_, None) => ReplicaSync::default_wait(),
         };
         let sharded = match (&backend, config.sharded_pubsub) {
-            (Backend::Cluster(_), ShardedPubSub::On) => true,
-            (Backend::Cluster(c), ShardedPubSub::Auto) => {
+            (Backend::Cluster(..), ShardedPubSub::On) => true,
+            (Backend::Cluster(c, _), ShardedPubSub::Auto) => {
                 // Redis before 7.0 does not know the subcommand.
                 let probe = redis::cmd("PUBSUB").arg("SHARDNUMSUB").clone();
                 matches!(
@@ -183,7 +234,7 @@ impl Conn {
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(*self.backend, Backend::Cluster(_))
+        matches!(*self.backend, Backend::Cluster(..))
     }
 
     pub(crate) fn sync(&self) -> &ReplicaSync {
@@ -202,7 +253,7 @@ impl Conn {
     pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         let reply = match &*self.backend {
             Backend::Single(m) => m.clone().send_packed_command(cmd).await,
-            Backend::Cluster(c) => c.clone().req_packed_command(cmd).await,
+            Backend::Cluster(c, _) => c.clone().req_packed_command(cmd).await,
             Backend::Sentinel(s) => return s.query(cmd).await,
         };
         // Server errors arrive as values; make them errors here, once for all callers.
@@ -218,6 +269,7 @@ impl Conn {
         };
         let mut wait = redis::cmd("WAIT");
         wait.arg(*acks).arg(timeout.as_millis() as u64);
+        let wait_cmd = wait.clone();
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone()).add_command(wait);
         let replies = match &*self.backend {
@@ -228,12 +280,28 @@ impl Conn {
                 }
                 s.query_pipeline(&pipe).await
             }
-            Backend::Cluster(c) => {
-                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
-                    key_slot(key),
-                    SlotAddr::Master,
-                ));
-                c.clone().route_pipeline(pipe, 0, 2, route).await
+            Backend::Cluster(c, replicas) => {
+                let slot = key_slot(key);
+                if replicas.of(slot) == 0 {
+                    return Ok((self.query(cmd).await?, Synced::NotAsked));
+                }
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+                let replies = c.clone().route_pipeline(pipe, 0, 2, route.clone()).await?;
+                let redirected = matches!(replies.first(), Some(Value::ServerError(e))
+                    if matches!(e.code(), "MOVED" | "ASK"));
+                if !redirected {
+                    Ok(replies)
+                } else {
+                    // A pipeline sent to a fixed node does not follow redirects (the
+                    // script did not run). The plain command does, and refreshes the
+                    // slot map, so that the WAIT after it goes to the same new owner.
+                    let reply = self.query(cmd).await?;
+                    let acked = c
+                        .clone()
+                        .route_command(wait_cmd, RoutingInfo::SingleNode(route))
+                        .await?;
+                    Ok(vec![reply, acked])
+                }
             }
         }?;
         let mut it = replies.into_iter();
@@ -254,7 +322,32 @@ impl Conn {
                 )))
             }
         };
+        if acked == 0 && !self.has_replicas(key).await {
+            // The node has no replica (anymore): nothing to sync with, as if unasked.
+            return Ok((reply, Synced::NotAsked));
+        }
         Ok((reply, Synced::Acked(acked)))
+    }
+
+    /// Asks the node that owns `key` whether any replica is connected to it now. Only
+    /// called when a `WAIT` came back with none, so the common path pays nothing.
+    async fn has_replicas(&self, key: &[u8]) -> bool {
+        let role = redis::cmd("ROLE");
+        let reply = match &*self.backend {
+            Backend::Single(m) => m.clone().send_packed_command(&role).await,
+            Backend::Sentinel(s) => s.current().manager.clone().send_packed_command(&role).await,
+            Backend::Cluster(c, replicas) => {
+                let slot = key_slot(key);
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+                let reply = c.clone().route_command(role, RoutingInfo::SingleNode(route)).await;
+                if matches!(reply.as_ref().map(parse_master_role), Ok(Some(0))) {
+                    replicas.per_slot.write()[slot as usize] = 0;
+                }
+                reply
+            }
+        };
+        // When in doubt, keep the answer that is safe for the lock: replicas exist.
+        !matches!(reply.as_ref().map(parse_master_role), Ok(Some(0)))
     }
 
     /// Groups keys so that each group can go into one multi-key command: by slot on a

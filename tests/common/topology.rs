@@ -370,8 +370,19 @@ impl ClusterTopology {
         self.shard_of(slot).expect("slot not served").0
     }
 
+    /// Waits (bounded) until a node lists a replica for the slot's master.
     pub fn replica_of_slot(&self, slot: u16) -> u16 {
-        self.shard_of(slot).expect("slot not served").1[0]
+        let mut found = 0;
+        wait_until("a replica listed for the slot", READY_LIMIT, || {
+            match self.shard_of(slot).and_then(|s| s.1.first().copied()) {
+                Some(r) => {
+                    found = r;
+                    true
+                }
+                None => false,
+            }
+        });
+        found
     }
 
     /// CLUSTER FAILOVER at a replica of the slot's master; waits until every live node
