@@ -275,14 +275,16 @@ impl Conn {
         let replies = match &*self.backend {
             Backend::Single(m) => m.clone().send_packed_commands(&pipe, 0, 2).await,
             Backend::Sentinel(s) => {
-                if s.replicas() == 0 {
+                // A cached zero may be stale (a fresh master gains replicas within
+                // seconds of a failover), so it is checked before WAIT is skipped.
+                if s.replicas() == 0 && !self.has_replicas(key).await {
                     return Ok((s.query(cmd).await?, Synced::NotAsked));
                 }
                 s.query_pipeline(&pipe).await
             }
             Backend::Cluster(c, replicas) => {
                 let slot = key_slot(key);
-                if replicas.of(slot) == 0 {
+                if replicas.of(slot) == 0 && !self.has_replicas(key).await {
                     return Ok((self.query(cmd).await?, Synced::NotAsked));
                 }
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
@@ -335,13 +337,19 @@ impl Conn {
         let role = redis::cmd("ROLE");
         let reply = match &*self.backend {
             Backend::Single(m) => m.clone().send_packed_command(&role).await,
-            Backend::Sentinel(s) => s.current().manager.clone().send_packed_command(&role).await,
+            Backend::Sentinel(s) => {
+                let reply = s.current().manager.clone().send_packed_command(&role).await;
+                if let Ok(Some(n)) = reply.as_ref().map(parse_master_role) {
+                    s.replicas.store(n, Ordering::Relaxed);
+                }
+                reply
+            }
             Backend::Cluster(c, replicas) => {
                 let slot = key_slot(key);
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
                 let reply = c.clone().route_command(role, RoutingInfo::SingleNode(route)).await;
-                if matches!(reply.as_ref().map(parse_master_role), Ok(Some(0))) {
-                    replicas.per_slot.write()[slot as usize] = 0;
+                if let Ok(Some(n)) = reply.as_ref().map(parse_master_role) {
+                    replicas.per_slot.write()[slot as usize] = n.min(u8::MAX as usize) as u8;
                 }
                 reply
             }

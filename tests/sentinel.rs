@@ -208,3 +208,160 @@ async fn sentinel_failover_and_master_kill_keep_holders_and_serve_waiters() {
         assert_eq!(Overlap::report(&referee, &format!("sf{round}")).0, 0);
     }
 }
+
+/// The danger case of issue #4: the master fails over before a lock it granted reached
+/// any replica. Replication (and only replication) runs through proxies, one per node:
+/// every node announces its proxy's port, the sentinels monitor proxy addresses, and the
+/// clients map those back to the real ports. A trial black-holes the current master's
+/// proxy (its replicas stop receiving), lets client A take a lock, forces SENTINEL
+/// FAILOVER, and lets client B try the same lock on the new master. A double grant is A
+/// and B both holding it. Trials: `RLOCK_FAILOVER_TRIALS` per mode (default 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn double_grant_rate_at_failover_with_replica_sync_on_and_off() {
+    use common::proxy::Proxy;
+    use common::topology::SentinelProc;
+
+    let trials: usize = std::env::var("RLOCK_FAILOVER_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let nodes: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]))
+        .collect();
+    let mut proxies = Vec::new();
+    for n in &nodes {
+        proxies.push(Proxy::start(n.port).await);
+    }
+    for (n, p) in nodes.iter().zip(&proxies) {
+        let _: String = n.cmd(&["CONFIG", "SET", "replica-announce-ip", "127.0.0.1"]);
+        let _: String = n.cmd(&["CONFIG", "SET", "replica-announce-port", &p.port.to_string()]);
+    }
+    for n in &nodes[1..] {
+        let _: String = n.cmd(&["REPLICAOF", "127.0.0.1", &proxies[0].port.to_string()]);
+    }
+    let online = |n: &RedisServer| {
+        n.try_cmd::<String>(&["INFO", "replication"])
+            .map(|i| i.matches("state=online").count())
+            .unwrap_or(0)
+    };
+    assert!(common::eventually(Duration::from_secs(20), || online(&nodes[0]) == 2).await);
+    let sentinels: Vec<SentinelProc> = (0..3)
+        .map(|i| {
+            SentinelProc::start(
+                nodes[0].dir.join(format!("dg-sentinel-{i}")),
+                "mymaster",
+                proxies[0].port,
+            )
+        })
+        .collect();
+    assert!(
+        common::eventually(Duration::from_secs(30), || sentinels
+            .iter()
+            .all(|s| s.sees("mymaster", 2, 2)))
+        .await
+    );
+    let urls: Vec<String> = sentinels.iter().map(|s| s.url()).collect();
+    let build = |sync: ReplicaSync| {
+        let mut b = Client::sentinel(&urls, "mymaster")
+            .response_timeout(Duration::from_millis(1500))
+            .connect_timeout(Duration::from_millis(500))
+            .replica_sync(sync);
+        for (n, p) in nodes.iter().zip(&proxies) {
+            b = b.map_address(("127.0.0.1", p.port), ("127.0.0.1", n.port));
+        }
+        b.build()
+    };
+    let master_proxy = || {
+        sentinels
+            .iter()
+            .find_map(|s| s.master_port("mymaster"))
+            .unwrap()
+    };
+
+    for sync_on in [false, true] {
+        let sync = if sync_on {
+            ReplicaSync::Wait {
+                timeout: Duration::from_millis(300),
+                acks: 1,
+                on_failure: SyncFailure::Fail,
+            }
+        } else {
+            ReplicaSync::Off
+        };
+        let a = build(sync.clone()).await.unwrap();
+        let b = build(sync).await.unwrap();
+        let (mut doubles, mut a_grants, mut recover_ms) = (0, 0, Vec::new());
+        for t in 0..trials {
+            let name = format!("dg:{sync_on}:{t}");
+            let old = master_proxy();
+            let idx = proxies.iter().position(|p| p.port == old).unwrap();
+            proxies[idx].set_blackhole(true);
+            let a_guard = match a.lock(name.as_str()).try_lock_for(Duration::ZERO, Some(Duration::from_secs(30))).await {
+                Ok(g) => g,
+                Err(redis_rlock::Error::NotReplicated { .. }) => None,
+                Err(e) => panic!("A: {e}"),
+            };
+            a_grants += a_guard.is_some() as usize;
+            // A sentinel refuses (INPROG) until it has finished the previous failover.
+            let asked = common::eventually(Duration::from_secs(20), || {
+                sentinels[0]
+                    .try_cmd::<String>(&["SENTINEL", "FAILOVER", "mymaster"])
+                    .is_ok()
+            });
+            assert!(asked.await, "SENTINEL FAILOVER refused for 20 s");
+            let started = Instant::now();
+            assert!(
+                common::eventually(Duration::from_secs(20), || {
+                    let p = master_proxy();
+                    p != old && sentinels.iter().all(|s| s.master_port("mymaster") == Some(p))
+                })
+                .await,
+                "no failover"
+            );
+            // B retries like a service would, through errors, for up to 8 s.
+            let mut b_guard = Ok(None);
+            while started.elapsed() < Duration::from_secs(8) {
+                b_guard = b
+                    .lock(name.as_str())
+                    .try_lock_for(Duration::from_secs(1), Some(Duration::from_secs(30)))
+                    .await;
+                match &b_guard {
+                    Ok(Some(_)) => break,
+                    Err(e) if !e.is_transient() => panic!("B: {e}"),
+                    _ => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+            if let Ok(Some(_)) = &b_guard {
+                recover_ms.push(started.elapsed().as_millis());
+            }
+            if a_guard.is_some() && matches!(b_guard, Ok(Some(_))) {
+                doubles += 1;
+            }
+            // Heal: the old master gets the sentinels' REPLICAOF and resyncs.
+            proxies[idx].set_blackhole(false);
+            let healing = Instant::now();
+            let new = master_proxy();
+            let new_idx = proxies.iter().position(|p| p.port == new).unwrap();
+            // What the sentinels would send at their next 10 s INFO poll, sent now.
+            let _: String = nodes[idx].cmd(&["REPLICAOF", "127.0.0.1", &new.to_string()]);
+            assert!(
+                common::eventually(Duration::from_secs(30), || online(&nodes[new_idx]) == 2).await,
+                "topology did not heal"
+            );
+            eprintln!("trial {t} sync {sync_on}: healed in {:?}", healing.elapsed());
+            drop(a_guard);
+            if let Ok(Some(g)) = b_guard {
+                let _ = g.unlock().await;
+            }
+        }
+        let mode = if sync_on { "on" } else { "off" };
+        figure(&format!("double_grants_sync_{mode}"), format!("{doubles}/{trials}"));
+        figure(&format!("a_granted_sync_{mode}"), format!("{a_grants}/{trials}"));
+        figure(&format!("b_granted_after_failover_ms_sync_{mode}"), &recover_ms);
+        if sync_on {
+            assert_eq!(doubles, 0, "double grant with replica sync on");
+        } else {
+            assert!(doubles >= 1, "the scenario did not reproduce the danger");
+        }
+    }
+}
