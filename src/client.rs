@@ -383,4 +383,3 @@ impl std::fmt::Debug for Client {
             .finish()
     }
 }
-

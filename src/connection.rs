@@ -68,8 +68,7 @@ impl ClusterReplicas {
         let mut table = vec![0u8; crate::slot::SLOTS as usize];
         for range in ranges {
             let Value::Array(items) = range else { continue };
-            let (Some(Value::Int(lo)), Some(Value::Int(hi))) = (items.first(), items.get(1))
-            else {
+            let (Some(Value::Int(lo)), Some(Value::Int(hi))) = (items.first(), items.get(1)) else {
                 continue;
             };
             // Entries after the master are its replicas.
@@ -85,7 +84,9 @@ impl ClusterReplicas {
 async fn scan_cluster(conn: ClusterConnection, weak: std::sync::Weak<ClusterReplicas>) {
     loop {
         tokio::time::sleep(CLUSTER_SCAN).await;
-        let Some(replicas) = weak.upgrade() else { return };
+        let Some(replicas) = weak.upgrade() else {
+            return;
+        };
         replicas.refresh(&conn).await;
     }
 }
@@ -347,7 +348,10 @@ impl Conn {
             Backend::Cluster(c, replicas) => {
                 let slot = key_slot(key);
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-                let reply = c.clone().route_command(role, RoutingInfo::SingleNode(route)).await;
+                let reply = c
+                    .clone()
+                    .route_command(role, RoutingInfo::SingleNode(route))
+                    .await;
                 if let Ok(Some(n)) = reply.as_ref().map(parse_master_role) {
                     replicas.per_slot.write()[slot as usize] = n.min(u8::MAX as usize) as u8;
                 }
@@ -490,7 +494,11 @@ impl SentinelMaster {
 
     async fn query_pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
         let master = self.current();
-        let replies = master.manager.clone().send_packed_commands(pipe, 0, 2).await;
+        let replies = master
+            .manager
+            .clone()
+            .send_packed_commands(pipe, 0, 2)
+            .await;
         match &replies {
             Err(e) if smells_of_failover(e) => self.kick.notify_one(),
             Ok(v) => {
@@ -596,7 +604,11 @@ async fn ask_sentinels(
         let limit = config.connect_timeout + config.response_timeout;
         match tokio::time::timeout(limit, asked).await {
             Ok(Ok(Some(found))) => return Ok(found),
-            Ok(Ok(None)) => last_err = Some(format!("sentinel knows no master `{name}`, or it is not a master yet")),
+            Ok(Ok(None)) => {
+                last_err = Some(format!(
+                    "sentinel knows no master `{name}`, or it is not a master yet"
+                ))
+            }
             Ok(Err(e)) => last_err = Some(e.to_string()),
             Err(_) => last_err = Some(format!("no answer within {limit:?}")),
         }

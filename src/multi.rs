@@ -87,7 +87,9 @@ fn drift(lease: Duration) -> Duration {
 
 fn check_parts(locks: &[Lock]) -> Result<()> {
     if locks.is_empty() {
-        return Err(Error::InvalidConfig("a multi-lock needs at least one lock".into()));
+        return Err(Error::InvalidConfig(
+            "a multi-lock needs at least one lock".into(),
+        ));
     }
     Ok(())
 }
@@ -165,8 +167,7 @@ impl RedLock {
         let attempts = self.locks.iter().map(|lock| async move {
             // A timed-out attempt is dropped; its hold, if Redis granted one, is then
             // released in the background (see the cancellation notes on `Lock`).
-            match tokio::time::timeout(per_instance, lock.try_lock_for(Duration::ZERO, lease))
-                .await
+            match tokio::time::timeout(per_instance, lock.try_lock_for(Duration::ZERO, lease)).await
             {
                 Ok(r) => r,
                 Err(_) => Err(Error::Timeout {

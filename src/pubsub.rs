@@ -69,7 +69,7 @@ pub(crate) struct PubSubHub {
 
 /// Where the subscriber connection of a single server or Sentinel deployment goes.
 enum Source {
-    Fixed(redis::Client),
+    Fixed(Box<redis::Client>),
     /// The master the sentinels name now; the hub moves when it changes.
     Sentinel(Arc<SentinelMaster>),
 }
@@ -77,7 +77,7 @@ enum Source {
 impl Source {
     fn client(&self) -> redis::Client {
         match self {
-            Source::Fixed(c) => c.clone(),
+            Source::Fixed(c) => (**c).clone(),
             Source::Sentinel(s) => s.master_client(),
         }
     }
@@ -113,7 +113,7 @@ impl PubSubHub {
                 ));
             }
             Deployment::Single { url } => {
-                let source = Source::Fixed(open_client(url)?);
+                let source = Source::Fixed(Box::new(open_client(url)?));
                 runtime.spawn(actor(weak, source, rx, timeouts.0, timeouts.1));
             }
             Deployment::Sentinel { .. } => {

@@ -8,9 +8,9 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::connection::{Conn, Synced};
-use crate::slot::{has_hash_tag, key_slot};
 use crate::error::{Error, Result};
 use crate::scripts::{ACQUIRE, FORCE_UNLOCK, RENEW, UNLOCK};
+use crate::slot::{has_hash_tag, key_slot};
 
 /// The message published on a lock's channel when it is released (Redisson's
 /// `LockPubSub.UNLOCK_MESSAGE`).
@@ -169,8 +169,12 @@ async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         latch_ttl: call.latch_ttl,
     };
     match release(conn, &undo).await {
-        Ok(r) => tracing::warn!(lock = %call.name, outcome = ?r, "no replica acknowledged the acquisition; rolled back"),
-        Err(e) => tracing::warn!(lock = %call.name, error = %e, "no replica acknowledged the acquisition, and the rollback failed; the hold ends with its lease"),
+        Ok(r) => {
+            tracing::warn!(lock = %call.name, outcome = ?r, "no replica acknowledged the acquisition; rolled back")
+        }
+        Err(e) => {
+            tracing::warn!(lock = %call.name, error = %e, "no replica acknowledged the acquisition, and the rollback failed; the hold ends with its lease")
+        }
     }
 }
 

@@ -92,7 +92,10 @@ async fn cluster_locks_over_all_masters_with_sharded_waiters_and_slot_grouped_re
     let started = Instant::now();
     common::release_and_join(guards, tasks).await;
     assert_eq!(served.load(Ordering::SeqCst), names.len());
-    figure("cluster_49_waiters_served_ms", started.elapsed().as_millis());
+    figure(
+        "cluster_49_waiters_served_ms",
+        started.elapsed().as_millis(),
+    );
 
     // A name whose auxiliary keys cannot share its slot is refused with a typed error.
     assert!(matches!(

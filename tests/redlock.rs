@@ -196,7 +196,11 @@ async fn multilock_takes_all_or_nothing() {
         .await
         .unwrap();
     assert!(got.is_none());
-    assert_eq!(s1.cmd::<i64>(&["EXISTS", "acct:1"]), 0, "partial hold left behind");
+    assert_eq!(
+        s1.cmd::<i64>(&["EXISTS", "acct:1"]),
+        0,
+        "partial hold left behind"
+    );
     // Once acct:2 is released the multi-lock gets both.
     let g = both
         .try_lock_for(Duration::from_secs(5), None)

@@ -13,7 +13,10 @@ const READY_LIMIT: Duration = Duration::from_secs(30);
 fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -176,11 +179,15 @@ impl SentinelTopology {
         let mut rargs = args.clone();
         rargs.extend_from_slice(&["--replicaof", "127.0.0.1", &mport]);
         let replicas: Vec<RedisServer> = (0..2).map(|_| RedisServer::start_with(&rargs)).collect();
-        wait_until("2 online replicas", READY_LIMIT, || online_replicas(&master) == 2);
+        wait_until("2 online replicas", READY_LIMIT, || {
+            online_replicas(&master) == 2
+        });
         // Sentinels learn replicas from the master's INFO, so they start after them.
         let name = "mymaster".to_string();
         let sentinels: Vec<SentinelProc> = (0..3)
-            .map(|i| SentinelProc::start(master.dir.join(format!("sentinel-{i}")), &name, master.port))
+            .map(|i| {
+                SentinelProc::start(master.dir.join(format!("sentinel-{i}")), &name, master.port)
+            })
             .collect();
         wait_until("sentinels to see the topology", READY_LIMIT, || {
             sentinels.iter().all(|s| s.sees(&name, 2, 2))
@@ -207,7 +214,9 @@ impl SentinelTopology {
     }
 
     pub fn nodes(&self) -> Vec<&RedisServer> {
-        std::iter::once(&self.master).chain(&self.replicas).collect()
+        std::iter::once(&self.master)
+            .chain(&self.replicas)
+            .collect()
     }
 
     pub fn node_by_port(&mut self, port: u16) -> &mut RedisServer {
@@ -343,7 +352,9 @@ impl ClusterTopology {
                 continue;
             };
             for range in slots {
-                let redis::Value::Array(items) = range else { continue };
+                let redis::Value::Array(items) = range else {
+                    continue;
+                };
                 let int = |v: &redis::Value| match v {
                     redis::Value::Int(i) => Some(*i),
                     _ => None,
@@ -373,14 +384,15 @@ impl ClusterTopology {
     /// Waits (bounded) until a node lists a replica for the slot's master.
     pub fn replica_of_slot(&self, slot: u16) -> u16 {
         let mut found = 0;
-        wait_until("a replica listed for the slot", READY_LIMIT, || {
-            match self.shard_of(slot).and_then(|s| s.1.first().copied()) {
-                Some(r) => {
-                    found = r;
-                    true
-                }
-                None => false,
+        wait_until("a replica listed for the slot", READY_LIMIT, || match self
+            .shard_of(slot)
+            .and_then(|s| s.1.first().copied())
+        {
+            Some(r) => {
+                found = r;
+                true
             }
+            None => false,
         });
         found
     }
