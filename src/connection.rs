@@ -264,7 +264,15 @@ impl Conn {
     /// Sends `cmd` (a write whose first key is `key`) followed by `WAIT`, on the same
     /// connection, when replica sync is on. Returns the command's reply and what the
     /// `WAIT` found.
-    pub(crate) async fn query_synced(&self, cmd: &Cmd, key: &[u8]) -> RedisResult<(Value, Synced)> {
+    ///
+    /// `wrote` tells from the reply whether the command wrote anything; on a cluster,
+    /// where the script and `WAIT` go out one after the other, `WAIT` is only sent then.
+    pub(crate) async fn query_synced(
+        &self,
+        cmd: &Cmd,
+        key: &[u8],
+        wrote: fn(&Value) -> bool,
+    ) -> RedisResult<(Value, Synced)> {
         let ReplicaSync::Wait { timeout, acks, .. } = &self.sync else {
             return Ok((self.query(cmd).await?, Synced::NotAsked));
         };
@@ -284,27 +292,24 @@ impl Conn {
                 s.query_pipeline(&pipe).await
             }
             Backend::Cluster(c, replicas) => {
+                // Two steps, not a pipeline: a pipeline sent to a fixed node does not
+                // follow MOVED, and a WAIT after a write-less reply (a busy lock) would
+                // only block the node's shared connection. Both go to the slot's master
+                // over redis-rs's one connection per node, so WAIT counts the write.
+                let reply = self.query(cmd).await?;
+                if !wrote(&reply) {
+                    return Ok((reply, Synced::NotAsked));
+                }
                 let slot = key_slot(key);
                 if replicas.of(slot) == 0 && !self.has_replicas(key).await {
-                    return Ok((self.query(cmd).await?, Synced::NotAsked));
+                    return Ok((reply, Synced::NotAsked));
                 }
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-                let replies = c.clone().route_pipeline(pipe, 0, 2, route.clone()).await?;
-                let redirected = matches!(replies.first(), Some(Value::ServerError(e))
-                    if matches!(e.code(), "MOVED" | "ASK"));
-                if !redirected {
-                    Ok(replies)
-                } else {
-                    // A pipeline sent to a fixed node does not follow redirects (the
-                    // script did not run). The plain command does, and refreshes the
-                    // slot map, so that the WAIT after it goes to the same new owner.
-                    let reply = self.query(cmd).await?;
-                    let acked = c
-                        .clone()
-                        .route_command(wait_cmd, RoutingInfo::SingleNode(route))
-                        .await?;
-                    Ok(vec![reply, acked])
-                }
+                let acked = c
+                    .clone()
+                    .route_command(wait_cmd, RoutingInfo::SingleNode(route))
+                    .await?;
+                Ok(vec![reply, acked])
             }
         }?;
         let mut it = replies.into_iter();

@@ -13,13 +13,16 @@ use crate::connection::{Conn, Synced};
 pub(crate) struct LuaScript {
     source: &'static str,
     sha: String,
+    /// Whether a reply says the script wrote (replica sync waits only then on a cluster).
+    wrote: fn(&Value) -> bool,
 }
 
 impl LuaScript {
-    fn new(source: &'static str) -> Self {
+    fn new(source: &'static str, wrote: fn(&Value) -> bool) -> Self {
         LuaScript {
             source,
             sha: redis::Script::new(source).get_hash().to_string(),
+            wrote,
         }
     }
 
@@ -34,17 +37,28 @@ impl LuaScript {
 }
 
 /// The acquire script (`lua/acquire.lua`).
-pub(crate) static ACQUIRE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/acquire.lua")));
+pub(crate) static ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(
+        include_str!("../lua/acquire.lua"),
+        |v| matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1)))),
+    )
+});
 /// The unlock script (`lua/unlock.lua`).
 pub(crate) static UNLOCK: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/unlock.lua")));
+    Lazy::new(|| LuaScript::new(include_str!("../lua/unlock.lua"), |v| *v != Value::Nil));
 /// The batched renewal script (`lua/renew.lua`).
-pub(crate) static RENEW: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/renew.lua")));
+pub(crate) static RENEW: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(
+        include_str!("../lua/renew.lua"),
+        |v| matches!(v, Value::Array(a) if a.contains(&Value::Int(1))),
+    )
+});
 /// The force-unlock script (`lua/force_unlock.lua`).
-pub(crate) static FORCE_UNLOCK: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/force_unlock.lua")));
+pub(crate) static FORCE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(include_str!("../lua/force_unlock.lua"), |v| {
+        *v == Value::Int(1)
+    })
+});
 
 /// Keys and arguments for one script call. Owns its data so the call can outlive the
 /// caller's future (see [`crate::inflight`]).
@@ -83,9 +97,13 @@ impl ScriptCall {
     /// by the replica sync `WAIT` on the same connection when sync is on.
     pub(crate) async fn run(self, conn: &Conn) -> RedisResult<(Value, Synced)> {
         let key = self.keys.first().cloned().unwrap_or_default();
-        match conn.query_synced(&self.command(true), &key).await {
+        match conn
+            .query_synced(&self.command(true), &key, self.script.wrote)
+            .await
+        {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                conn.query_synced(&self.command(false), &key).await
+                conn.query_synced(&self.command(false), &key, self.script.wrote)
+                    .await
             }
             other => other,
         }
