@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::{free_port, RedisServer};
 
 const READY_LIMIT: Duration = Duration::from_secs(30);
+const FAILOVER_LIMIT: Duration = Duration::from_secs(20);
 
 fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -43,6 +44,35 @@ fn is_master(port: u16) -> bool {
     let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
     let role: redis::RedisResult<Vec<redis::Value>> = redis::cmd("ROLE").query(&mut c);
     matches!(role.as_deref(), Ok([redis::Value::BulkString(r), ..]) if r == b"master")
+}
+
+/// (master port, replica ports) serving `slot` in `node`'s CLUSTER SLOTS.
+fn shard_seen_by(node: &RedisServer, slot: u16) -> Option<(u16, Vec<u16>)> {
+    let slots = node
+        .try_cmd::<Vec<redis::Value>>(&["CLUSTER", "SLOTS"])
+        .ok()?;
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(i) => Some(*i),
+        _ => None,
+    };
+    slots.iter().find_map(|range| {
+        let redis::Value::Array(items) = range else {
+            return None;
+        };
+        let (lo, hi) = (int(items.first()?)?, int(items.get(1)?)?);
+        if !(lo..=hi).contains(&i64::from(slot)) {
+            return None;
+        }
+        let ports: Vec<u16> = items[2..]
+            .iter()
+            .filter_map(|node| match node {
+                redis::Value::Array(f) => int(f.get(1)?).map(|p| p as u16),
+                _ => None,
+            })
+            .collect();
+        let (master, replicas) = ports.split_first()?;
+        Some((*master, replicas.to_vec()))
+    })
 }
 
 /// One redis-sentinel process with its own writable config file.
@@ -231,7 +261,7 @@ impl SentinelTopology {
     pub fn failover(&self) -> u16 {
         let old = self.current_master_port();
         let _: String = self.sentinels[0].cmd(&["SENTINEL", "FAILOVER", &self.master_name]);
-        self.wait_new_master(old, READY_LIMIT)
+        self.wait_new_master(old, FAILOVER_LIMIT)
     }
 
     /// Waits until all sentinels agree on a master other than `old` that says it is one.
@@ -345,36 +375,9 @@ impl ClusterTopology {
             .expect("no live node")
     }
 
-    /// (master port, replica ports) serving `slot`, as a live node sees it.
+    /// (master port, replica ports) serving `slot`, as the first live node that answers sees it.
     fn shard_of(&self, slot: u16) -> Option<(u16, Vec<u16>)> {
-        for n in self.live() {
-            let Ok(slots) = n.try_cmd::<Vec<redis::Value>>(&["CLUSTER", "SLOTS"]) else {
-                continue;
-            };
-            for range in slots {
-                let redis::Value::Array(items) = range else {
-                    continue;
-                };
-                let int = |v: &redis::Value| match v {
-                    redis::Value::Int(i) => Some(*i),
-                    _ => None,
-                };
-                let (Some(lo), Some(hi)) = (int(&items[0]), int(&items[1])) else {
-                    continue;
-                };
-                if (lo..=hi).contains(&(slot as i64)) {
-                    let ports: Vec<u16> = items[2..]
-                        .iter()
-                        .filter_map(|node| match node {
-                            redis::Value::Array(f) => int(&f[1]).map(|p| p as u16),
-                            _ => None,
-                        })
-                        .collect();
-                    return Some((ports[0], ports[1..].to_vec()));
-                }
-            }
-        }
-        None
+        self.live().find_map(|n| shard_seen_by(n, slot))
     }
 
     pub fn master_of_slot(&self, slot: u16) -> u16 {
@@ -403,8 +406,12 @@ impl ClusterTopology {
         let replica = self.replica_of_slot(slot);
         let node = self.nodes.iter().find(|n| n.port == replica).unwrap();
         let _: String = node.cmd(&["CLUSTER", "FAILOVER"]);
-        wait_until("the replica to take over", READY_LIMIT, || {
-            is_master(replica) && self.shard_of(slot).map(|s| s.0) == Some(replica)
+        // Every node, not just one: a client may bootstrap from any of them.
+        wait_until("the replica to take over", FAILOVER_LIMIT, || {
+            is_master(replica)
+                && self
+                    .live()
+                    .all(|n| shard_seen_by(n, slot).map(|s| s.0) == Some(replica))
         });
         replica
     }
