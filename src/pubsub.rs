@@ -324,10 +324,7 @@ async fn actor(
             tokio::select! {
                 cmd = rx.recv() => {
                     let Some(cmd) = cmd else { return };
-                    let mut batch = vec![cmd];
-                    while let Ok(more) = rx.try_recv() {
-                        batch.push(more);
-                    }
+                    let batch = with_queued(cmd, &mut rx);
                     let Some(shared) = weak.upgrade() else { return };
                     if let Err(e) = reconcile(&shared, &mut sink, &mut subscribed, batch, response_timeout).await {
                         break e;
@@ -374,6 +371,15 @@ impl HubShared {
             entry.wake.notify_one();
         }
     }
+}
+
+/// `first` and every command queued behind it, so one round trip serves them all.
+fn with_queued(first: Command, rx: &mut mpsc::UnboundedReceiver<Command>) -> Vec<Command> {
+    let mut batch = vec![first];
+    while let Ok(more) = rx.try_recv() {
+        batch.push(more);
+    }
+    batch
 }
 
 /// Completes when the watched master changes; never without a watch.

@@ -119,27 +119,14 @@ async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
         let slot = topo.keyslot(&name);
         let g = holder.lock(&name).lock().await.unwrap();
         let served = Arc::new(AtomicUsize::new(0));
-        let mut tasks = Vec::new();
-        for i in 0..6 {
-            let l = waiters.lock(&name);
-            let (url, served) = (referee.url(), served.clone());
-            let tag = format!("cf{round}");
-            tasks.push(tokio::spawn(async move {
-                let mut overlap = Overlap::new(&url, &tag).await;
-                for k in 0..2 {
-                    let g = l
-                        .try_lock_for(Duration::from_secs(40), None)
-                        .await
-                        .unwrap_or_else(|e| panic!("waiter {i} round {k}: {e}"))
-                        .expect("waiter served in time");
-                    assert!(overlap.enter(g.fencing_token()).await);
-                    tokio::time::sleep(Duration::from_millis(3)).await;
-                    overlap.leave().await;
-                    g.unlock().await.unwrap();
-                    served.fetch_add(1, Ordering::SeqCst);
-                }
-            }));
-        }
+        let tasks = common::spawn_overlap_waiters(
+            6,
+            2,
+            || waiters.lock(&name),
+            &referee.url(),
+            &format!("cf{round}"),
+            &served,
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
 
         let old = topo.master_of_slot(slot);

@@ -21,7 +21,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
-use super::{sleep_draining, Command, HubShared, Mode};
+use super::{sleep_draining, with_queued, Command, HubShared, Mode};
 
 pub(super) async fn actor(
     weak: Weak<HubShared>,
@@ -63,10 +63,7 @@ pub(super) async fn actor(
         tokio::select! {
             cmd = rx.recv() => {
                 let Some(cmd) = cmd else { return };
-                let mut batch = vec![cmd];
-                while let Ok(more) = rx.try_recv() {
-                    batch.push(more);
-                }
+                let batch = with_queued(cmd, &mut rx);
                 let Some(shared) = weak.upgrade() else { return };
                 hub.apply(&shared, batch).await;
             }

@@ -147,14 +147,7 @@ impl RedisServer {
 
     /// Runs one raw command, returning errors instead of panicking.
     pub fn try_cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
-        let client = redis::Client::open(self.url())?;
-        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
-        conn.set_read_timeout(Some(Duration::from_secs(2)))?;
-        let mut c = redis::cmd(args[0]);
-        for a in &args[1..] {
-            c.arg(*a);
-        }
-        c.query(&mut conn)
+        raw_cmd(&self.url(), args)
     }
 
     pub fn pid(&self) -> u32 {
@@ -208,6 +201,52 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Runs one raw command on a fresh connection to `url`, with 2 s timeouts.
+pub fn raw_cmd<T: redis::FromRedisValue>(url: &str, args: &[&str]) -> redis::RedisResult<T> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
+    conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query(&mut conn)
+}
+
+/// Spawns `n` tasks that each take `lock()`'s lock `rounds` times (waiting up to 40 s),
+/// check with the overlap detector at `referee_url` under `tag` that nobody else is inside,
+/// and count each hold in `served`.
+pub fn spawn_overlap_waiters(
+    n: usize,
+    rounds: usize,
+    lock: impl Fn() -> redis_rlock::Lock,
+    referee_url: &str,
+    tag: &str,
+    served: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..n)
+        .map(|i| {
+            let l = lock();
+            let (url, tag, served) = (referee_url.to_string(), tag.to_string(), served.clone());
+            tokio::spawn(async move {
+                let mut overlap = Overlap::new(&url, &tag).await;
+                for k in 0..rounds {
+                    let g = l
+                        .try_lock_for(Duration::from_secs(40), None)
+                        .await
+                        .unwrap_or_else(|e| panic!("waiter {i} round {k}: {e}"))
+                        .expect("waiter served in time");
+                    assert!(overlap.enter(g.fencing_token()).await);
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    overlap.leave().await;
+                    g.unlock().await.unwrap();
+                    served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            })
+        })
+        .collect()
 }
 
 /// Polls `cond` until it holds or `limit` passes; returns whether it held.

@@ -137,14 +137,7 @@ impl SentinelProc {
     }
 
     pub fn try_cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
-        let client = redis::Client::open(self.url())?;
-        let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
-        conn.set_read_timeout(Some(Duration::from_secs(2)))?;
-        let mut c = redis::cmd(args[0]);
-        for a in &args[1..] {
-            c.arg(*a);
-        }
-        c.query(&mut conn)
+        super::raw_cmd(&self.url(), args)
     }
 
     pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
