@@ -1,18 +1,26 @@
--- Take or re-enter a lock, and issue a fencing token; at most once per request id.
+-- Take or re-enter a lock, and issue a fencing token; at most once per request.
 -- KEYS[1]  lock hash (the lock's name)
 -- KEYS[2]  fencing token counter: redisson_lock_token:{<name>}
 -- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>"
 -- ARGV[3]  how long the latch is kept, in ms
--- Returns {1, token} when the caller now holds the lock; the token is larger than every
--- token issued before for this name. Returns {0, pttl} when someone else holds it; the
--- PTTL bounds how long a waiter sleeps before it tries again. A retry with the same
--- request id (its first reply was lost) gets the first grant again instead of a second
--- hold; the unlock of that hold deletes the latch.
-local granted = redis.call('get', KEYS[3])
-if granted then
-    return {1, tonumber(granted)}
+-- ARGV[4]  '1' when the client knows of no hold of this field (a grant then needs no
+--          latch: a retry recognises it by the field alone), '0' otherwise
+-- ARGV[5]  '1' when this request was sent before and its reply was lost, '0' the first time
+-- Returns {1, token, latched} when the caller now holds the lock; the token is larger
+-- than every token issued before for this name, and latched is 1 when the latch was
+-- written (the client deletes it once the request has its answer). Returns {0, pttl}
+-- when someone else holds it; the PTTL bounds how long a waiter sleeps.
+if ARGV[5] == '1' then
+    local granted = redis.call('get', KEYS[3])
+    if granted then
+        return {1, tonumber(granted), 1}
+    end
+    -- The client held nothing, and now it does: the first send ran and granted.
+    if ARGV[4] == '1' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        return {1, tonumber(redis.call('get', KEYS[2])), 0}
+    end
 end
 local fresh = redis.call('exists', KEYS[1]) == 0
 if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
@@ -26,7 +34,12 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if fresh or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
+    -- A first grant to a client that held nothing is recognised on retry by its field;
+    -- anything else (a re-entry) could not be told from an earlier hold, so it is latched.
+    if fresh and ARGV[4] == '1' then
+        return {1, token, 0}
+    end
     redis.call('set', KEYS[3], token, 'px', ARGV[3])
-    return {1, token}
+    return {1, token, 1}
 end
 return {0, redis.call('pttl', KEYS[1])}

@@ -266,6 +266,7 @@ impl ClientBuilder {
                 watchdog,
                 pubsub,
                 janitor,
+                fixed: Default::default(),
                 runtime,
             }),
         })
@@ -300,6 +301,7 @@ pub(crate) struct ClientInner {
     pub(crate) watchdog: Watchdog,
     pub(crate) pubsub: PubSubHub,
     pub(crate) janitor: Janitor,
+    pub(crate) fixed: crate::lock::FixedHolds,
     pub(crate) runtime: Handle,
 }
 

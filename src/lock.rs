@@ -1,8 +1,10 @@
 //! The lock handle users call, and the guard they hold.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -11,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::identity::{holder_field, OwnerId};
 use crate::inflight::Completing;
 use crate::raw::{self, Attempt, Release, ReleaseCall};
-use crate::watchdog::WatchEntry;
+use crate::watchdog::{Released, WatchEntry};
 
 /// Longest lock name accepted, in bytes. Redis would take more, but a name this long is
 /// almost surely a bug, and every waiter and renewal would carry it.
@@ -298,8 +300,9 @@ impl Lock {
         }
     }
 
-    /// One acquire request (retried with the same request id when its reply may have been
-    /// lost). `Err(ttl)` (inside `Ok`) when the lock is busy.
+    /// One acquire: a local re-entry of a live watchdog hold, or else one request to
+    /// Redis (retried with the same request id when its reply may have been lost).
+    /// `Err(ttl)` (inside `Ok`) when the lock is busy.
     async fn attempt(
         &self,
         owner: OwnerId,
@@ -307,24 +310,39 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<Result<LockGuard, Option<Duration>>> {
         let inner = self.inner().clone();
-        let effective = lease.unwrap_or(inner.config.watchdog_timeout);
         let hold = Hold {
             name: self.name.clone(),
             channel: self.channel.clone(),
             field: field.clone(),
-            acquire_latch: raw::acquire_latch_key(&self.name, &raw::request_id()).into(),
         };
+        if lease.is_none() {
+            if let Some(entry) = inner.watchdog.reenter(&self.name, field) {
+                tracing::debug!(token = entry.token, "re-entered a held lock locally");
+                return Ok(Ok(self.guard(
+                    hold,
+                    owner,
+                    entry.token,
+                    GuardKind::Watchdog(entry),
+                )));
+            }
+        }
+        let effective = lease.unwrap_or(inner.config.watchdog_timeout);
+        let fresh = !inner.watchdog.is_registered(&self.name, field)
+            && !inner.fixed.holds(&self.name, field);
         let sent = Instant::now();
         let request = {
             let (inner, hold, token_key) = (inner.clone(), hold.clone(), self.token_key.clone());
             async move {
-                let call = raw::AcquireCall {
+                let latch = raw::acquire_latch_key(&hold.name, &raw::request_id());
+                let mut call = raw::AcquireCall {
                     name: &hold.name,
                     token_key: &token_key,
-                    latch: &hold.acquire_latch,
+                    latch: &latch,
                     field: &hold.field,
                     lease: effective,
                     latch_ttl: inner.latch_ttl(),
+                    fresh,
+                    retry: false,
                 };
                 let sync_retries = match inner.conn.sync() {
                     ReplicaSync::Wait {
@@ -339,14 +357,22 @@ impl Lock {
                     match raw::acquire(&inner.conn, &call).await {
                         Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                             tracing::debug!(attempt, error = %e, "acquire reply lost; retrying with the same request id");
+                            call.retry = true;
                             tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
                         }
                         // Rolled back, so the same request id starts afresh.
                         Err(Error::NotReplicated { .. }) if unsynced < sync_retries => {
                             unsynced += 1;
+                            call.retry = false;
                             tokio::time::sleep(Duration::from_millis(50 * unsynced as u64)).await;
                         }
-                        other => return other,
+                        other => {
+                            if let Ok(Attempt::Acquired { latched: true, .. }) = &other {
+                                // The latch only matters to retries of this call, which are over.
+                                inner.janitor.discard(latch);
+                            }
+                            return other;
+                        }
                     }
                 }
             }
@@ -354,12 +380,12 @@ impl Lock {
         let orphan = {
             let (inner, hold) = (inner.clone(), hold.clone());
             move |outcome: Result<Attempt>| async move {
-                if let Ok(Attempt::Acquired(_)) = outcome {
+                if let Ok(Attempt::Acquired { .. }) = outcome {
                     let keep = inner
                         .watchdog
                         .is_registered(&hold.name, &hold.field)
                         .then(|| inner.watchdog.lease());
-                    let undo = release_hold(&inner, &hold, keep).await;
+                    let undo = release_hold(&inner, &hold, keep, 1).await;
                     tracing::debug!(lock = %hold.name, ?undo, "released a hold taken by a cancelled acquire");
                 }
             }
@@ -367,22 +393,31 @@ impl Lock {
         let outcome = Completing::new(inner.runtime.clone(), request, orphan).await?;
         match outcome {
             Attempt::Busy(ttl) => Ok(Err(ttl)),
-            Attempt::Acquired(token) => {
+            Attempt::Acquired { token, .. } => {
                 let kind = match lease {
-                    None => GuardKind::Watchdog(inner.watchdog.register(&self.name, field, sent)),
-                    Some(l) => GuardKind::Lease { expires: sent + l },
+                    None => {
+                        GuardKind::Watchdog(inner.watchdog.register(&self.name, field, sent, token))
+                    }
+                    Some(l) => {
+                        inner.fixed.add(&self.name, field);
+                        GuardKind::Lease { expires: sent + l }
+                    }
                 };
                 tracing::debug!(lease = ?effective, watchdog = lease.is_none(), token, "lock acquired");
-                Ok(Ok(LockGuard {
-                    state: Some(GuardState {
-                        client: self.client.clone(),
-                        hold,
-                        owner,
-                        token,
-                        kind,
-                    }),
-                }))
+                Ok(Ok(self.guard(hold, owner, token, kind)))
             }
+        }
+    }
+
+    fn guard(&self, hold: Hold, owner: OwnerId, token: u64, kind: GuardKind) -> LockGuard {
+        LockGuard {
+            state: Some(GuardState {
+                client: self.client.clone(),
+                hold,
+                owner,
+                token,
+                kind,
+            }),
         }
     }
 
@@ -414,19 +449,22 @@ impl Lock {
         Ok(self.hold_count().await? > 0)
     }
 
-    /// How many holds the calling task (or thread) has on the lock; 0 if none.
+    /// How many holds the calling task (or thread) has on the lock; 0 if none. This is
+    /// the hash's count plus the watchdog re-entries this client keeps locally.
     pub async fn hold_count(&self) -> Result<u32> {
         self.check_name()?;
         let (_, field) = self.current_field();
+        let local = self.inner().watchdog.local_holds(&self.name, &field);
         let reply = raw::query(
             &self.inner().conn,
             &self.name,
             redis::cmd("HGET").arg(&*self.name).arg(&*field).clone(),
         )
         .await?;
-        Ok(redis::from_redis_value::<Option<u32>>(reply)
+        let remote = redis::from_redis_value::<Option<u32>>(reply)
             .map_err(|e| Error::Redis(e.into()))?
-            .unwrap_or(0))
+            .unwrap_or(0);
+        Ok(if remote == 0 { 0 } else { remote + local })
     }
 
     /// Time until the lock expires: `None` when it is not locked. A key without expiry
@@ -452,39 +490,78 @@ impl Lock {
 /// (timeout, broken connection).
 const ATTEMPTS: u32 = 3;
 
-/// What identifies one hold on the server: enough to release it exactly once.
+/// What identifies one hold on the server.
 #[derive(Clone)]
 struct Hold {
     name: Arc<str>,
     channel: Arc<str>,
     field: Arc<str>,
-    /// The latch of the acquire request that took this hold; its unlock deletes it.
-    acquire_latch: Arc<str>,
 }
 
-/// Releases one hold. A transient failure is retried with the same request id, so a
-/// retry of an unlock that did run replays its outcome instead of counting down twice.
+/// Fixed-lease holds this client has taken in Redis, per `(name, holder field)`. With
+/// the watchdog's registry it tells whether an acquire is the holder's first, which
+/// decides whether the acquire script must latch the request (`lua/acquire.lua`).
+#[derive(Default)]
+pub(crate) struct FixedHolds {
+    counts: Mutex<HashMap<(Arc<str>, Arc<str>), u32>>,
+}
+
+impl FixedHolds {
+    fn add(&self, name: &Arc<str>, field: &Arc<str>) {
+        *self
+            .counts
+            .lock()
+            .entry((name.clone(), field.clone()))
+            .or_insert(0) += 1;
+    }
+
+    fn remove(&self, name: &Arc<str>, field: &Arc<str>) {
+        let mut counts = self.counts.lock();
+        let key = (name.clone(), field.clone());
+        if let Some(n) = counts.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&key);
+            }
+        }
+    }
+
+    fn holds(&self, name: &Arc<str>, field: &Arc<str>) -> bool {
+        self.counts
+            .lock()
+            .contains_key(&(name.clone(), field.clone()))
+    }
+}
+
+/// Gives back `holds` of the hash's count. A transient failure is retried with the same
+/// request id, so a retry of an unlock that did run replays its outcome instead of
+/// counting down twice.
 async fn release_hold(
     inner: &Arc<ClientInner>,
     hold: &Hold,
     keep: Option<Duration>,
+    holds: u32,
 ) -> Result<Release> {
     let latch = raw::latch_key(&hold.name, &raw::request_id());
-    let call = ReleaseCall {
+    let mut call = ReleaseCall {
         name: &hold.name,
         channel: &hold.channel,
         latch: &latch,
-        acquire_latch: &hold.acquire_latch,
         field: &hold.field,
         keep,
+        holds,
         latch_ttl: inner.latch_ttl(),
+        retry: false,
     };
     let mut attempt = 0;
     loop {
         attempt += 1;
         match raw::release(&inner.conn, &call).await {
+            // A full release writes no latch: the field is gone because the lost first
+            // send released it.
+            Ok(Release::NotHeld) if call.retry => return Ok(Release::Released),
             Ok(r) => {
-                if r != Release::NotHeld {
+                if r == Release::StillHeld {
                     // The latch only matters to retries of this call, which are over.
                     inner.janitor.discard(latch);
                 }
@@ -492,6 +569,7 @@ async fn release_hold(
             }
             Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                 tracing::debug!(attempt, error = %e, "unlock reply lost; retrying with the same request id");
+                call.retry = true;
                 tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
             }
             Err(e) => return Err(e),
@@ -621,15 +699,22 @@ impl LockGuard {
         let span =
             tracing::debug_span!("release", lock = %state.hold.name, owner = %state.hold.field);
         async move {
-            let Some(keep) = state.begin_release() else {
-                return Err(Error::LeaseLost {
-                    name: state.hold.name.to_string(),
-                });
+            let (holds, keep) = match state.begin_release() {
+                Step::Lost => {
+                    return Err(Error::LeaseLost {
+                        name: state.hold.name.to_string(),
+                    })
+                }
+                Step::Local => {
+                    tracing::debug!("released a local re-entry");
+                    return Ok(());
+                }
+                Step::Send { holds, keep } => (holds, keep),
             };
             let inner = state.client.inner.clone();
             let request = {
                 let (inner, hold) = (inner.clone(), state.hold.clone());
-                async move { release_hold(&inner, &hold, keep).await }
+                async move { release_hold(&inner, &hold, keep, holds).await }
             };
             let orphan = |outcome: Result<Release>| async move {
                 tracing::debug!(?outcome, "unlock finished after its caller left");
@@ -650,22 +735,43 @@ impl LockGuard {
     }
 }
 
+/// What releasing one guard leaves to do.
+enum Step {
+    /// Another guard of the same watchdog hold remains: nothing to send.
+    Local,
+    /// The watchdog already found the lock lost: nothing to send.
+    Lost,
+    /// Give back `holds` of the hash's count, setting `keep` as lease if holds remain.
+    Send { holds: u32, keep: Option<Duration> },
+}
+
 impl GuardState {
-    /// Deregisters this hold from the watchdog, synchronously, before anything is sent.
-    /// Returns the lease to keep on the key if holds remain (`Some(None)`: leave the TTL),
-    /// or `None` when the watchdog already found the lock lost.
-    fn begin_release(&self) -> Option<Option<Duration>> {
-        let wd = &self.client.inner.watchdog;
-        if let GuardKind::Watchdog(entry) = &self.kind {
-            wd.release(entry);
-            if entry.lost.is_set() {
-                return None;
+    /// Deregisters this hold, synchronously, before anything is sent, so that no renewal
+    /// is scheduled after the unlock.
+    fn begin_release(&self) -> Step {
+        let inner = &self.client.inner;
+        let wd = &inner.watchdog;
+        match &self.kind {
+            GuardKind::Watchdog(entry) => match wd.release(entry) {
+                _ if entry.lost.is_set() => Step::Lost,
+                Released::Kept => Step::Local,
+                // Fixed-lease holds may remain: their lease stays as the watchdog left it.
+                Released::Last { remote } => Step::Send {
+                    holds: remote,
+                    keep: None,
+                },
+                Released::Gone => Step::Lost,
+            },
+            GuardKind::Lease { .. } => {
+                inner.fixed.remove(&self.hold.name, &self.hold.field);
+                Step::Send {
+                    holds: 1,
+                    keep: wd
+                        .is_registered(&self.hold.name, &self.hold.field)
+                        .then(|| wd.lease()),
+                }
             }
         }
-        Some(
-            wd.is_registered(&self.hold.name, &self.hold.field)
-                .then(|| wd.lease()),
-        )
     }
 }
 
@@ -674,13 +780,13 @@ impl Drop for LockGuard {
         let Some(state) = self.state.take() else {
             return;
         };
-        let Some(keep) = state.begin_release() else {
+        let Step::Send { holds, keep } = state.begin_release() else {
             return;
         };
         let inner = state.client.inner.clone();
         let runtime = inner.runtime.clone();
         runtime.spawn(async move {
-            let r = release_hold(&inner, &state.hold, keep).await;
+            let r = release_hold(&inner, &state.hold, keep, holds).await;
             match r {
                 Ok(Release::NotHeld) => {
                     tracing::warn!(lock = %state.hold.name, owner = %state.hold.field, "dropped guard: lock was no longer held")

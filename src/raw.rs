@@ -65,8 +65,9 @@ pub(crate) fn request_id() -> String {
 /// Outcome of one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// The caller now holds the lock (one more hold), with this fencing token.
-    Acquired(u64),
+    /// The caller now holds the lock (one more hold), with this fencing token; `latched`
+    /// when the script wrote the acquire latch, which the caller then discards.
+    Acquired { token: u64, latched: bool },
     /// Someone else holds it; the value is its PTTL (`None` if the key has no expiry).
     Busy(Option<Duration>),
 }
@@ -111,6 +112,18 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) field: &'a str,
     pub(crate) lease: Duration,
     pub(crate) latch_ttl: Duration,
+    /// The client knows of no hold of `field` on this lock (see `lua/acquire.lua`).
+    pub(crate) fresh: bool,
+    /// This request was sent before and its reply was lost.
+    pub(crate) retry: bool,
+}
+
+fn flag(b: bool) -> &'static str {
+    if b {
+        "1"
+    } else {
+        "0"
+    }
 }
 
 pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attempt> {
@@ -122,13 +135,18 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
         .arg(ms(call.lease))
         .arg(call.field)
         .arg(ms(call.latch_ttl).max(1))
+        .arg(flag(call.fresh))
+        .arg(flag(call.retry))
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
     let (reply, synced) = reply;
-    let pair = match &reply {
-        Value::Array(items) if items.len() == 2 => (int(&items[0]), int(&items[1])),
-        _ => (None, None),
+    let (pair, latched) = match &reply {
+        Value::Array(items) if items.len() >= 2 => (
+            (int(&items[0]), int(&items[1])),
+            items.get(2).and_then(int) == Some(1),
+        ),
+        _ => ((None, None), false),
     };
     match pair {
         (Some(1), Some(_)) if synced == Synced::Acked(0) => {
@@ -142,7 +160,10 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
                 waited,
             })
         }
-        (Some(1), Some(token)) if token > 0 => Ok(Attempt::Acquired(token as u64)),
+        (Some(1), Some(token)) if token > 0 => Ok(Attempt::Acquired {
+            token: token as u64,
+            latched,
+        }),
         (Some(0), Some(ttl)) if ttl >= 0 => {
             Ok(Attempt::Busy(Some(Duration::from_millis(ttl as u64))))
         }
@@ -163,10 +184,11 @@ async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         name: call.name,
         channel: &channel,
         latch: &latch,
-        acquire_latch: call.latch,
         field: call.field,
         keep: None,
+        holds: 1,
         latch_ttl: call.latch_ttl,
+        retry: false,
     };
     match release(conn, &undo).await {
         Ok(r) => {
@@ -178,18 +200,20 @@ async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
     }
 }
 
-/// The unlock script's inputs: which hold to release, and the request id that makes a
+/// The unlock script's inputs: which holds to release, and the request id that makes a
 /// retry of the same call replay its first outcome.
 pub(crate) struct ReleaseCall<'a> {
     pub(crate) name: &'a str,
     pub(crate) channel: &'a str,
     pub(crate) latch: &'a str,
-    /// The acquire latch of the hold being released.
-    pub(crate) acquire_latch: &'a str,
     pub(crate) field: &'a str,
     /// Lease to keep on the key while holds remain (`None`: leave the TTL).
     pub(crate) keep: Option<Duration>,
+    /// How many holds of the hash's count this call gives back.
+    pub(crate) holds: u32,
     pub(crate) latch_ttl: Duration,
+    /// This request was sent before and its reply was lost.
+    pub(crate) retry: bool,
 }
 
 pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Release> {
@@ -198,12 +222,13 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         .key(call.name)
         .key(call.channel)
         .key(call.latch)
-        .key(call.acquire_latch)
         .arg(UNLOCK_MESSAGE)
         .arg(call.keep.map(ms).unwrap_or(0))
         .arg(call.field)
         .arg(ms(call.latch_ttl).max(1))
         .arg(conn.publish_command())
+        .arg(call.holds)
+        .arg(flag(call.retry))
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;

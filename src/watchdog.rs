@@ -1,5 +1,11 @@
 //! The watchdog: one timer per client that keeps the leases of held locks alive.
 //!
+//! It is also where a task's nested watchdog holds are counted: the first `lock()` of a
+//! `(name, holder field)` takes a hold in Redis; while that hold is known live, further
+//! watchdog acquisitions by the same holder re-enter here, without a round trip, and
+//! only the release of the last of them is sent (giving back every hold the hash
+//! counts for them). See `docs/protocol.md`, "Local re-entry".
+//!
 //! Every `watchdog_timeout / 3` the timer renews every registered `(name, holder field)`
 //! with one script call per [`BATCH`] keys. Registration happens synchronously when an
 //! acquire reply arrives, before `lock()` returns; deregistration happens synchronously
@@ -66,6 +72,8 @@ pub(crate) struct WatchEntry {
     pub(crate) name: Arc<str>,
     pub(crate) field: Arc<str>,
     pub(crate) lost: LostSignal,
+    /// The fencing token of the hold taken in Redis; local re-entries share it.
+    pub(crate) token: u64,
     /// The latest moment the lease is known to last: send time of the last successful
     /// acquire or renewal, plus the lease. Measured on our monotonic clock, from when the
     /// request was sent, so it errs early.
@@ -89,8 +97,21 @@ impl WatchEntry {
 type SlotKey = (Arc<str>, Arc<str>);
 
 struct Slot {
+    /// Watchdog guards alive for this holder.
     holds: u32,
+    /// How many of them took a hold in Redis (normally 1: the rest re-entered locally).
+    remote: u32,
     entry: Arc<WatchEntry>,
+}
+
+/// What releasing one watchdog guard leaves to do.
+pub(crate) enum Released {
+    /// Other guards of the holder remain: nothing to send.
+    Kept,
+    /// This was the last guard: give back `remote` holds in Redis.
+    Last { remote: u32 },
+    /// The entry was already dropped as lost (or force-unlocked).
+    Gone,
 }
 
 struct Shared {
@@ -119,13 +140,14 @@ impl Watchdog {
         Watchdog { shared }
     }
 
-    /// Records one more watchdog hold of `(name, field)`, acquired by a request sent at
-    /// `sent_at`. Returns the entry the guard keeps.
+    /// Records one more watchdog hold of `(name, field)`, taken in Redis by a request sent
+    /// at `sent_at` with fencing token `token`. Returns the entry the guard keeps.
     pub(crate) fn register(
         &self,
         name: &Arc<str>,
         field: &Arc<str>,
         sent_at: Instant,
+        token: u64,
     ) -> Arc<WatchEntry> {
         let until = sent_at + self.shared.lease;
         let mut slots = self.shared.slots.lock();
@@ -133,21 +155,35 @@ impl Watchdog {
             .entry((name.clone(), field.clone()))
             .or_insert_with(|| Slot {
                 holds: 0,
+                remote: 0,
                 entry: Arc::new(WatchEntry {
                     name: name.clone(),
                     field: field.clone(),
                     lost: LostSignal::default(),
+                    token,
                     valid_until: Mutex::new(until),
                 }),
             });
         slot.holds += 1;
+        slot.remote += 1;
         slot.entry.extend(until);
         slot.entry.clone()
     }
 
-    /// Drops one hold of `entry`. Returns true while the holder keeps watchdog holds of
-    /// this lock (so a partial unlock should keep the watchdog lease on the key).
-    pub(crate) fn release(&self, entry: &Arc<WatchEntry>) -> bool {
+    /// Re-enters a watchdog hold of `(name, field)` without asking Redis, if there is
+    /// one whose lease is known to last (the next renewal will tell if it does not).
+    pub(crate) fn reenter(&self, name: &Arc<str>, field: &Arc<str>) -> Option<Arc<WatchEntry>> {
+        let mut slots = self.shared.slots.lock();
+        let slot = slots.get_mut(&(name.clone(), field.clone()))?;
+        if slot.entry.lost.is_set() || slot.entry.valid_until() <= Instant::now() {
+            return None;
+        }
+        slot.holds += 1;
+        Some(slot.entry.clone())
+    }
+
+    /// Drops one guard of `entry` and says what is left to send.
+    pub(crate) fn release(&self, entry: &Arc<WatchEntry>) -> Released {
         let mut slots = self.shared.slots.lock();
         let key = (entry.name.clone(), entry.field.clone());
         match slots.get_mut(&key) {
@@ -155,14 +191,25 @@ impl Watchdog {
             Some(slot) if Arc::ptr_eq(&slot.entry, entry) => {
                 slot.holds -= 1;
                 if slot.holds == 0 {
+                    let remote = slot.remote;
                     slots.remove(&key);
-                    false
+                    Released::Last { remote }
                 } else {
-                    true
+                    Released::Kept
                 }
             }
-            _ => false,
+            _ => Released::Gone,
         }
+    }
+
+    /// Watchdog holds of `(name, field)` that re-entered locally, so the hash does not
+    /// count them.
+    pub(crate) fn local_holds(&self, name: &Arc<str>, field: &Arc<str>) -> u32 {
+        self.shared
+            .slots
+            .lock()
+            .get(&(name.clone(), field.clone()))
+            .map_or(0, |s| s.holds.saturating_sub(s.remote))
     }
 
     /// True if `(name, field)` has watchdog holds.

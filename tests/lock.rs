@@ -37,8 +37,15 @@ async fn nested_locks_count_up_and_down_while_another_task_waits() {
         .unwrap()
         .expect("re-entry must succeed");
     assert_eq!(lock.hold_count().await.unwrap(), 3);
+    // Watchdog re-entries of a live hold are counted by the client, not in the hash.
     let field = g1.holder_field().to_string();
-    assert_eq!(s.cmd::<String>(&["HGET", "orders:42", &field]), "3");
+    assert_eq!(s.cmd::<String>(&["HGET", "orders:42", &field]), "1");
+    // A fixed-lease re-entry is counted in the hash, as in Redisson.
+    let g4 = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(s.cmd::<String>(&["HGET", "orders:42", &field]), "2");
+    assert_eq!(lock.hold_count().await.unwrap(), 4);
+    g4.unlock().await.unwrap();
+    assert_eq!(s.cmd::<String>(&["HGET", "orders:42", &field]), "1");
 
     // Another task contends: it must stay blocked until the count reaches 0.
     let acquired = Arc::new(AtomicBool::new(false));
@@ -805,18 +812,30 @@ async fn fencing_tokens_rise_with_every_acquisition() {
     for round in 0..5 {
         let c = if round % 2 == 0 { &a } else { &b };
         let outer = c.lock("fenced").lock().await.unwrap();
-        let inner = c.lock("fenced").try_lock().await.unwrap().unwrap();
+        let local = c.lock("fenced").try_lock().await.unwrap().unwrap();
+        let inner = c
+            .lock("fenced")
+            .try_lock_for(Duration::ZERO, Some(Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .unwrap();
         assert!(
             outer.fencing_token() > last,
             "{} after {last}",
             outer.fencing_token()
         );
+        assert_eq!(
+            local.fencing_token(),
+            outer.fencing_token(),
+            "a local re-entry shares the hold's token"
+        );
         assert!(
             inner.fencing_token() > outer.fencing_token(),
-            "re-entry gets a new token"
+            "a re-entry through Redis gets a new token"
         );
         last = inner.fencing_token();
         inner.unlock().await.unwrap();
+        local.unlock().await.unwrap();
         outer.unlock().await.unwrap();
     }
     let key = redis_rlock::token_key("fenced");
@@ -843,8 +862,10 @@ async fn a_retried_unlock_whose_reply_was_lost_counts_down_once() {
         .unwrap();
     let lock = c.lock("idem");
     let outer = lock.lock().await.unwrap();
-    let inner = lock.lock().await.unwrap();
+    // A fixed-lease re-entry goes through Redis (a watchdog one would stay local).
+    let inner = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
     assert_eq!(lock.hold_count().await.unwrap(), 2);
+    assert_eq!(s.cmd::<i64>(&["HGET", "idem", inner.holder_field()]), 2);
     // Writes stall for longer than the response timeout: the first unlock times out, the
     // retry queues behind it, and both run when the pause ends.
     let _: () = s.cmd(&["CLIENT", "PAUSE", "700", "WRITE"]);
