@@ -57,9 +57,15 @@ pub(crate) fn acquire_latch_key(name: &str, request_id: &str) -> String {
     format!("{}:{request_id}", prefixed("redisson_acquire_latch", name))
 }
 
-/// A fresh random request id: 32 hex digits.
+/// A fresh request id, unique across processes: a random prefix drawn once per process,
+/// then a counter. Drawing randomness per request cost a `getrandom` system call on
+/// every acquire and unlock.
 pub(crate) fn request_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
+    static PREFIX: once_cell::sync::Lazy<String> =
+        once_cell::sync::Lazy::new(|| uuid::Uuid::new_v4().simple().to_string());
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{n:x}", &*PREFIX)
 }
 
 /// Outcome of one acquire attempt.

@@ -129,19 +129,42 @@ struct ModelGuard {
     lost: bool,
 }
 
+/// What a client keeps for one owner's watchdog holds of one name (the watchdog slot):
+/// while it is live, further watchdog acquisitions re-enter locally without Redis.
+#[derive(Default, Clone, Copy)]
+struct Slot {
+    holds: u32,
+    /// How many of the holds were taken in Redis (counted in the hash).
+    remote: u32,
+}
+
 #[derive(Default)]
 struct Model {
-    /// name -> (owner, hold count)
+    /// What Redis has: name -> (owner, count in the hash)
     holder: HashMap<usize, (usize, u32)>,
     guards: HashMap<(usize, usize), Vec<ModelGuard>>,
+    slots: HashMap<(usize, usize), Slot>,
 }
 
 impl Model {
-    fn can_take(&self, owner: usize, name: usize) -> bool {
-        self.holder.get(&name).is_none_or(|(o, _)| *o == owner)
+    fn local(&self, owner: usize, name: usize) -> bool {
+        self.slots.get(&(owner, name)).is_some_and(|s| s.holds > 0)
+    }
+    fn can_take(&self, owner: usize, name: usize, watchdog: bool) -> bool {
+        (watchdog && self.local(owner, name))
+            || self.holder.get(&name).is_none_or(|(o, _)| *o == owner)
     }
     fn take(&mut self, owner: usize, name: usize, watchdog: bool) {
-        self.holder.entry(name).or_insert((owner, 0)).1 += 1;
+        if watchdog && self.local(owner, name) {
+            self.slots.get_mut(&(owner, name)).unwrap().holds += 1;
+        } else {
+            self.holder.entry(name).or_insert((owner, 0)).1 += 1;
+            if watchdog {
+                let slot = self.slots.entry((owner, name)).or_default();
+                slot.holds += 1;
+                slot.remote += 1;
+            }
+        }
         self.guards
             .entry((owner, name))
             .or_default()
@@ -149,6 +172,29 @@ impl Model {
                 watchdog,
                 lost: false,
             });
+    }
+    /// Gives back `n` holds in Redis, as the unlock script does.
+    fn release(&mut self, owner: usize, name: usize, n: u32) -> Result<(), String> {
+        match self.holder.get_mut(&name) {
+            Some((o, count)) if *o == owner => {
+                if *count > n {
+                    *count -= n;
+                } else {
+                    self.holder.remove(&name);
+                }
+                Ok(())
+            }
+            _ => Err("not held".to_string()),
+        }
+    }
+    fn hold_count(&self, owner: usize, name: usize) -> u32 {
+        match self.holder.get(&name) {
+            Some((o, c)) if *o == owner => {
+                let s = self.slots.get(&(owner, name)).copied().unwrap_or_default();
+                c + (s.holds - s.remote)
+            }
+            _ => 0,
+        }
     }
 }
 
@@ -174,13 +220,19 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .send(Cmd::TryLock(name, watchdog, tx))
                     .unwrap();
                 let got = rx.await.unwrap();
-                prop_assert_eq!(got, m.can_take(owner, name), "step {}: {:?}", step, op);
+                prop_assert_eq!(
+                    got,
+                    m.can_take(owner, name, watchdog),
+                    "step {}: {:?}",
+                    step,
+                    op
+                );
                 if got {
                     m.take(owner, name, watchdog);
                 }
             }
             Op::Lock { owner, name } => {
-                if !m.can_take(owner, name) {
+                if !m.can_take(owner, name, true) {
                     continue;
                 }
                 let (tx, rx) = oneshot::channel();
@@ -198,17 +250,19 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let expected = if g.lost {
                     // The client already knows: nothing is sent, nothing counts down.
                     Err("lost".to_string())
-                } else {
-                    match m.holder.get_mut(&name) {
-                        Some((o, count)) if *o == owner => {
-                            *count -= 1;
-                            if *count == 0 {
-                                m.holder.remove(&name);
-                            }
-                            Ok(())
-                        }
-                        _ => Err("not held".to_string()),
+                } else if g.watchdog {
+                    let slot = m.slots.get_mut(&(owner, name)).unwrap();
+                    slot.holds -= 1;
+                    if slot.holds > 0 {
+                        // Another watchdog guard remains: released locally.
+                        Ok(())
+                    } else {
+                        let remote = slot.remote;
+                        m.slots.remove(&(owner, name));
+                        m.release(owner, name, remote)
                     }
+                } else {
+                    m.release(owner, name, 1)
                 };
                 prop_assert_eq!(got, expected, "step {}: {:?}", step, op);
             }
@@ -221,7 +275,10 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     step,
                     op
                 );
+                // Client A forgets its watchdog holds of the name and marks them lost;
+                // client B finds out only at its next renewal.
                 for owner in 0..2 {
+                    m.slots.remove(&(owner, name));
                     for g in m.guards.entry((owner, name)).or_default() {
                         if g.watchdog {
                             g.lost = true;
@@ -236,10 +293,7 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::HoldCount { owner, name } => {
                 let (tx, rx) = oneshot::channel();
                 owners[owner].send(Cmd::HoldCount(name, tx)).unwrap();
-                let expected = match m.holder.get(&name) {
-                    Some((o, c)) if *o == owner => *c,
-                    _ => 0,
-                };
+                let expected = m.hold_count(owner, name);
                 prop_assert_eq!(rx.await.unwrap(), expected, "step {}: {:?}", step, op);
             }
             Op::IsLocked { name } => {
