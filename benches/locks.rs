@@ -865,25 +865,37 @@ fn render(rows: &[Row], rtt1: Duration, version: &str, q: bool) -> String {
 const NOTES: &str = "
 ## Reading the table
 
-- **W1, W6 (latency).** Every lock or unlock is one EVALSHA round trip, as in Redisson; a
-  nested level is one acquire plus one unlock, so 2 round trips per level is the floor of
-  this protocol (W6 cannot reach 1 without keeping re-entries local, which would make the
-  hash's hold count lie to Redisson and to `hold_count()`). What is left above 2 RTT per
-  pair is server time: the acquire script runs 7 commands (latch check, EXISTS, INCR of the
-  fencing counter, HINCRBY, PEXPIRE, latch SET) and unlock 7 (latch check, acquire-latch
-  DEL, HEXISTS, HINCRBY, DEL, PUBLISH, latch SET), against 1 in the trivial script of the
-  limit and 1-3 in the peers' scripts. A profile of the client (perf) shows this crate's
-  own code below 1% of samples; the time is in the kernel, the driver and redis-server.
-- **W2 (throughput).** The redis-server CPU column shows Redis near one full core in both
-  phases on this 2-core machine; Redis spends about 3x more CPU per lock+unlock pair than
-  per raw pair of trivial scripts, and the ratio follows. Batching latch deletions (one
-  DEL per batch from one task) removed the extra command per unlock; the remaining cost is
-  the fencing token and the idempotency latches that the reliability guarantees need.
-- **W3 (contention).** Hand-off is measured between processes as the gap from the
-  holder's release to the next grant. This crate wakes one waiter per client per unlock
-  and keeps fairness near 1; `rslock` polls and mostly re-grants to the task that just
-  released (its fairness ratio is the spread between tasks), which gives it more
-  acquisitions per second. `rlock` polls every 100 ms and starves some tasks entirely.
+Ratios move by about 10% between runs on this 2-core machine, where redis-server, the
+client and (in W3) a second client process share the cores; compare rows of one run.
+
+- **W6 (reentrancy), met.** A nested `lock()` of a watchdog hold that the client knows is
+  live is served locally, with no round trip; only the first lock and the last unlock go
+  to Redis (`docs/protocol.md` 1.3). A nested level now costs about 0 round trips (it was
+  2.5 with one `HINCRBY` script each way). Fixed-lease re-entries still go through Redis.
+- **W1 (latency), missed.** A pair is one acquire and one unlock script, one round trip
+  each, as in Redisson. The common path now runs `EXISTS INCR HINCRBY PEXPIRE` and
+  `HGET PUBLISH DEL` (it ran 6 and 5 commands and one latch `DEL` before: latches are now
+  written only where a retry could not otherwise tell what happened), and request ids no
+  longer cost a `getrandom` call. strace now counts the same system calls per pair as the
+  raw loop (futex, epoll_wait, writev, recvfrom within 3%). What is left is server time
+  for 5 commands more than the trivial scripts, the fencing counter's `INCR` among them,
+  and client work between the two round trips (guard, watchdog registry, building the
+  calls): about 10% of a pair. Measured: 0.70-0.73x before this change, 0.79-0.82x after.
+- **W2 (throughput), missed.** With 64 tasks both phases keep redis-server near one core
+  and the client on the other. Redis spends about 2x more CPU per lock+unlock pair than
+  per raw pair of 1-command scripts (7 commands against 2); Redisson's own scripts run 7
+  as well (`EXISTS HINCRBY PEXPIRE`, `HEXISTS HINCRBY DEL PUBLISH`), so no
+  Redisson-compatible protocol reaches 0.8x of this limit on a shared 2-core machine.
+  Dropping the latches from the common path moved the ratio from 0.34-0.38x to
+  0.37-0.54x (runs vary widely here).
+- **W3 (contention), missed on acquisitions/s.** Hand-off p50 and fairness are met. Every
+  hand-off here goes through Redis: the unlock publishes, one waiter per client is woken,
+  and it sends an acquire, so a grant costs the unlock, the message and the acquire. The
+  peers get more grants per second by letting the task that just released take the lock
+  again (their fairness column), which a fair lock must not do. What would close the gap
+  is a hand-over inside the unlock script to a waiter of the same client (the next holder's
+  field written in the same script, no publish), bounded in a row so that other clients'
+  waiters still get their turn; it is not built yet.
 - **W4.** One script call renews 100 locks; 10,000 locks cost 100 calls per period.
 - **W5.** Live heap per waiter is counted by a counting allocator in the benchmark binary
   (the task, its future and its share of the channel entry). RSS is shown too; it keeps
