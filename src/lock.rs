@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::identity::{holder_field, OwnerId};
 use crate::inflight::Completing;
 use crate::raw::{self, Attempt, Release, ReleaseCall};
-use crate::watchdog::{Released, WatchEntry};
+use crate::watchdog::{Released, SlotKey, WatchEntry};
 
 /// Longest lock name accepted, in bytes. Redis would take more, but a name this long is
 /// almost surely a bug, and every waiter and renewal would carry it.
@@ -503,7 +503,7 @@ struct Hold {
 /// decides whether the acquire script must latch the request (`lua/acquire.lua`).
 #[derive(Default)]
 pub(crate) struct FixedHolds {
-    counts: Mutex<HashMap<(Arc<str>, Arc<str>), u32>>,
+    counts: Mutex<HashMap<SlotKey, u32>>,
 }
 
 impl FixedHolds {

@@ -94,7 +94,7 @@ impl WatchEntry {
 }
 
 /// `(lock name, holder field)`.
-type SlotKey = (Arc<str>, Arc<str>);
+pub(crate) type SlotKey = (Arc<str>, Arc<str>);
 
 struct Slot {
     /// Watchdog guards alive for this holder.
