@@ -315,20 +315,24 @@ impl Lock {
             channel: self.channel.clone(),
             field: field.clone(),
         };
-        if lease.is_none() {
-            if let Some(entry) = inner.watchdog.reenter(&self.name, field) {
-                tracing::debug!(token = entry.token, "re-entered a held lock locally");
-                return Ok(Ok(self.guard(
-                    hold,
-                    owner,
-                    entry.token,
-                    GuardKind::Watchdog(entry),
-                )));
-            }
-        }
+        let registered = match lease {
+            None => match inner.watchdog.reenter(&self.name, field) {
+                Ok(entry) => {
+                    tracing::debug!(token = entry.token, "re-entered a held lock locally");
+                    let token = entry.token;
+                    return Ok(Ok(self.guard(
+                        hold,
+                        owner,
+                        token,
+                        GuardKind::Watchdog(entry),
+                    )));
+                }
+                Err(registered) => registered,
+            },
+            Some(_) => inner.watchdog.is_registered(&self.name, field),
+        };
         let effective = lease.unwrap_or(inner.config.watchdog_timeout);
-        let fresh = !inner.watchdog.is_registered(&self.name, field)
-            && !inner.fixed.holds(&self.name, field);
+        let fresh = !registered && !inner.fixed.holds(&self.name, field);
         let sent = Instant::now();
         let request = {
             let (inner, hold, token_key) = (inner.clone(), hold.clone(), self.token_key.clone());

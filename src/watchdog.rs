@@ -172,14 +172,22 @@ impl Watchdog {
 
     /// Re-enters a watchdog hold of `(name, field)` without asking Redis, if there is
     /// one whose lease is known to last (the next renewal will tell if it does not).
-    pub(crate) fn reenter(&self, name: &Arc<str>, field: &Arc<str>) -> Option<Arc<WatchEntry>> {
+    /// Otherwise `Err(registered)`: whether a (lost or stale) entry is there, the same
+    /// answer as [`is_registered`](Self::is_registered), under the same lock.
+    pub(crate) fn reenter(
+        &self,
+        name: &Arc<str>,
+        field: &Arc<str>,
+    ) -> Result<Arc<WatchEntry>, bool> {
         let mut slots = self.shared.slots.lock();
-        let slot = slots.get_mut(&(name.clone(), field.clone()))?;
+        let Some(slot) = slots.get_mut(&(name.clone(), field.clone())) else {
+            return Err(false);
+        };
         if slot.entry.lost.is_set() || slot.entry.valid_until() <= Instant::now() {
-            return None;
+            return Err(true);
         }
         slot.holds += 1;
-        Some(slot.entry.clone())
+        Ok(slot.entry.clone())
     }
 
     /// Drops one guard of `entry` and says what is left to send.
