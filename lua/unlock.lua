@@ -1,7 +1,9 @@
--- Release holds of a lock, at most once per request.
+-- Release holds of a lock, at most once per request; on a full release, optionally hand
+-- the lock over to a waiter of the same client instead of publishing.
 -- KEYS[1]  lock hash
 -- KEYS[2]  unlock channel: redisson_lock__channel:{<name>}
 -- KEYS[3]  unlock latch: redisson_unlock_latch:{<name>}:<request id>
+-- KEYS[4]  fencing token counter: redisson_lock_token:{<name>}
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[3]  holder field
@@ -9,13 +11,22 @@
 -- ARGV[5]  'publish', or 'spublish' on a cluster with sharded pub/sub
 -- ARGV[6]  how many holds to release (the client's local re-entries count as one)
 -- ARGV[7]  '1' when this request was sent before and its reply was lost, '0' the first time
+-- ARGV[8]  holder field of the next holder to hand over to, or '' to publish
+-- ARGV[9]  the next holder's lease, in ms
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
--- released. Only a partial release writes the latch: a retry of a full release finds the
--- field gone, which the client reads as "released".
+-- released and published, {2, token} when it was handed over to ARGV[8] with a new
+-- fencing token. Only a partial release writes the latch: a retry of a full release finds
+-- the field gone (and, after a hand-over, the next holder's field in its place).
 if ARGV[7] == '1' then
     local done = redis.call('get', KEYS[3])
     if done then
         return tonumber(done)
+    end
+    -- The next holder sends nothing while an unlock hands over to it, so its field can
+    -- only be there because the lost first send wrote it.
+    if ARGV[8] ~= '' and redis.call('hexists', KEYS[1], ARGV[3]) == 0
+        and redis.call('hexists', KEYS[1], ARGV[8]) == 1 then
+        return {2, tonumber(redis.call('get', KEYS[4]))}
     end
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
@@ -30,6 +41,15 @@ if count > n then
     end
     redis.call('set', KEYS[3], 0, 'px', ARGV[4])
     return 0
+end
+if ARGV[8] ~= '' then
+    -- INCR first: it is the one call that can fail (a counter of the wrong type), and a
+    -- script is not rolled back.
+    local token = redis.call('incr', KEYS[4])
+    redis.call('del', KEYS[1])
+    redis.call('hset', KEYS[1], ARGV[8], 1)
+    redis.call('pexpire', KEYS[1], ARGV[9])
+    return {2, token}
 end
 -- PUBLISH before any write: a publish refused by ACL then leaves the lock as it was,
 -- instead of a lock released that no waiter hears of.

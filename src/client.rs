@@ -129,6 +129,7 @@ pub(crate) struct Config {
     pub(crate) replica_sync: Option<ReplicaSync>,
     pub(crate) sharded_pubsub: ShardedPubSub,
     pub(crate) retry_window: Duration,
+    pub(crate) handover_limit: u32,
     /// Addresses announced by sentinels, mapped to where this client reaches them.
     pub(crate) address_map: Vec<((String, u16), (String, u16))>,
 }
@@ -206,6 +207,22 @@ impl ClientBuilder {
         self
     }
 
+    /// How many times in a row a released lock may be handed straight to a task of this
+    /// client that waits for it, before a release is published to every waiter again.
+    /// Default [`DEFAULT_HANDOVER_LIMIT`](crate::DEFAULT_HANDOVER_LIMIT); 0 turns
+    /// hand-over off.
+    ///
+    /// A hand-over saves the waiter its wake-up message and its acquire: the unlock
+    /// script writes the waiter's field and the unlock's reply is the grant. Among this
+    /// client's waiters it goes oldest first. The limit is what keeps waiters of other
+    /// clients, which only hear published releases, from starving. Hand-over is not
+    /// used with [`ReplicaSync::Wait`] (the default on Sentinel and Cluster), where a
+    /// grant would need a replica's acknowledgement.
+    pub fn handover_limit(mut self, limit: u32) -> Self {
+        self.config.handover_limit = limit;
+        self
+    }
+
     /// Checks the settings, connects, and starts the client's watchdog.
     ///
     /// Must be called inside a tokio runtime (with the time driver enabled). Fails with
@@ -258,6 +275,7 @@ impl ClientBuilder {
         let watchdog = Watchdog::start(conn.clone(), &config, &runtime);
         let pubsub = PubSubHub::start(&self.deployment, &conn, &config, &runtime).await?;
         let janitor = Janitor::start(conn.clone(), &runtime);
+        let handover = Arc::new(crate::handover::Handover::new(config.handover_limit));
         Ok(Client {
             inner: Arc::new(ClientInner {
                 id,
@@ -267,6 +285,7 @@ impl ClientBuilder {
                 pubsub,
                 janitor,
                 fixed: Default::default(),
+                handover,
                 runtime,
             }),
         })
@@ -302,6 +321,7 @@ pub(crate) struct ClientInner {
     pub(crate) pubsub: PubSubHub,
     pub(crate) janitor: Janitor,
     pub(crate) fixed: crate::lock::FixedHolds,
+    pub(crate) handover: Arc<crate::handover::Handover>,
     pub(crate) runtime: Handle,
 }
 
@@ -355,6 +375,7 @@ impl Client {
                 replica_sync: None,
                 sharded_pubsub: ShardedPubSub::Auto,
                 retry_window: DEFAULT_RETRY_WINDOW,
+                handover_limit: crate::handover::DEFAULT_HANDOVER_LIMIT,
                 address_map: Vec::new(),
             },
         }

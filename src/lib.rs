@@ -37,6 +37,7 @@
 mod client;
 mod connection;
 mod error;
+mod handover;
 mod identity;
 mod inflight;
 mod janitor;
@@ -54,6 +55,7 @@ pub use client::{
     DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use error::{Error, Result};
+pub use handover::DEFAULT_HANDOVER_LIMIT;
 pub use identity::OwnerId;
 pub use lock::{Lock, LockGuard, MAX_DURATION, MAX_NAME_LEN};
 pub use multi::{MultiGuard, MultiLock, RedLock};

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use crate::client::{Client, ClientInner, ReplicaSync, SyncFailure};
 use crate::error::{Error, Result};
+use crate::handover::{Grant, Ticket, Waiter, Woke};
 use crate::identity::{holder_field, OwnerId};
 use crate::inflight::Completing;
 use crate::raw::{self, Attempt, Release, ReleaseCall};
@@ -243,6 +244,15 @@ impl Lock {
             return Ok(None);
         };
         sub.ready(bound).await;
+        let queued = Queued {
+            waiter: self.inner().handover.waiter(
+                &self.name,
+                &field,
+                lease.unwrap_or(self.inner().config.watchdog_timeout),
+            ),
+            inner: self.inner().clone(),
+            hold: self.hold(&field),
+        };
         // Start of the current run of transient errors, if in one.
         let mut failing_since: Option<Instant> = None;
         loop {
@@ -276,7 +286,34 @@ impl Lock {
                 tracing::debug!(waited = ?started.elapsed(), "wait ran out");
                 return Ok(None);
             };
-            sub.woken(bound).await;
+            // Asleep, this task may be handed the lock by an unlock of this client.
+            queued.waiter.park();
+            tokio::select! {
+                _ = sub.woken(bound) => {}
+                _ = queued.waiter.picked() => {}
+            }
+            let grant = match queued.waiter.unpark() {
+                Woke::Free => None,
+                Woke::Granted(g) => Some(g),
+                Woke::Offered => {
+                    // The unlock's reply settles it, one round trip at most.
+                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                    match left {
+                        None => queued.waiter.outcome().await,
+                        Some(left) => match tokio::time::timeout(left, queued.waiter.outcome()).await {
+                            Ok(g) => g,
+                            // Dropping `queued` leaves the offer to the unlocker, which
+                            // releases the hold if it was granted.
+                            Err(_) => return Ok(None),
+                        },
+                    }
+                }
+            };
+            if let Some(g) = grant {
+                sub.wake_used();
+                tracing::debug!(waited = ?started.elapsed(), token = g.token, "lock handed over");
+                return Ok(Some(self.held(self.hold(&field), owner, lease, g.sent, g.token)));
+            }
         }
     }
 
@@ -310,11 +347,7 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<Result<LockGuard, Option<Duration>>> {
         let inner = self.inner().clone();
-        let hold = Hold {
-            name: self.name.clone(),
-            channel: self.channel.clone(),
-            field: field.clone(),
-        };
+        let hold = self.hold(field);
         let registered = match lease {
             None => match inner.watchdog.reenter(&self.name, field) {
                 Ok(entry) => {
@@ -335,12 +368,12 @@ impl Lock {
         let fresh = !registered && !inner.fixed.holds(&self.name, field);
         let sent = Instant::now();
         let request = {
-            let (inner, hold, token_key) = (inner.clone(), hold.clone(), self.token_key.clone());
+            let (inner, hold) = (inner.clone(), hold.clone());
             async move {
                 let latch = raw::acquire_latch_key(&hold.name, &raw::request_id());
                 let mut call = raw::AcquireCall {
                     name: &hold.name,
-                    token_key: &token_key,
+                    token_key: &hold.token_key,
                     latch: &latch,
                     field: &hold.field,
                     lease: effective,
@@ -398,19 +431,40 @@ impl Lock {
         match outcome {
             Attempt::Busy(ttl) => Ok(Err(ttl)),
             Attempt::Acquired { token, .. } => {
-                let kind = match lease {
-                    None => {
-                        GuardKind::Watchdog(inner.watchdog.register(&self.name, field, sent, token))
-                    }
-                    Some(l) => {
-                        inner.fixed.add(&self.name, field);
-                        GuardKind::Lease { expires: sent + l }
-                    }
-                };
                 tracing::debug!(lease = ?effective, watchdog = lease.is_none(), token, "lock acquired");
-                Ok(Ok(self.guard(hold, owner, token, kind)))
+                Ok(Ok(self.held(hold, owner, lease, sent, token)))
             }
         }
+    }
+
+    fn hold(&self, field: &Arc<str>) -> Hold {
+        Hold {
+            name: self.name.clone(),
+            channel: self.channel.clone(),
+            token_key: self.token_key.clone(),
+            field: field.clone(),
+        }
+    }
+
+    /// The guard of a hold just taken in Redis by a request sent at `sent`: registered
+    /// with the watchdog, or counted as a fixed-lease hold.
+    fn held(
+        &self,
+        hold: Hold,
+        owner: OwnerId,
+        lease: Option<Duration>,
+        sent: Instant,
+        token: u64,
+    ) -> LockGuard {
+        let inner = self.inner();
+        let kind = match lease {
+            None => GuardKind::Watchdog(inner.watchdog.register(&self.name, &hold.field, sent, token)),
+            Some(l) => {
+                inner.fixed.add(&self.name, &hold.field);
+                GuardKind::Lease { expires: sent + l }
+            }
+        };
+        self.guard(hold, owner, token, kind)
     }
 
     fn guard(&self, hold: Hold, owner: OwnerId, token: u64, kind: GuardKind) -> LockGuard {
@@ -499,7 +553,45 @@ const ATTEMPTS: u32 = 3;
 struct Hold {
     name: Arc<str>,
     channel: Arc<str>,
+    token_key: Arc<str>,
     field: Arc<str>,
+}
+
+/// A waiter's place in the hand-over queue, for as long as it waits.
+struct Queued {
+    waiter: Waiter,
+    inner: Arc<ClientInner>,
+    hold: Hold,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        // A grant that arrived after the waiter stopped looking is still a hold in Redis.
+        if let Some(g) = self.waiter.leave() {
+            tracing::debug!(lock = %self.hold.name, token = g.token, "releasing a hand-over nobody took");
+            release_detached(self.inner.clone(), self.hold.clone());
+        }
+    }
+}
+
+/// Releases a hold nobody will use, in the background.
+fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
+    let runtime = inner.runtime.clone();
+    runtime.spawn(async move {
+        let r = release_hold(&inner, &hold, None, 1).await;
+        tracing::debug!(lock = %hold.name, outcome = ?r, "released an unused hold");
+    });
+}
+
+/// An offer in flight; if the release is dropped before settling it, the waiter is freed.
+struct Offer(Option<Arc<Ticket>>);
+
+impl Drop for Offer {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.revert();
+        }
+    }
 }
 
 /// Fixed-lease holds this client has taken in Redis, per `(name, holder field)`. With
@@ -537,48 +629,70 @@ impl FixedHolds {
     }
 }
 
-/// Gives back `holds` of the hash's count. A transient failure is retried with the same
-/// request id, so a retry of an unlock that did run replays its outcome instead of
-/// counting down twice.
+/// Gives back `holds` of the hash's count; on a full release, hands the lock to the
+/// oldest sleeping waiter of this client if there is one (see [`crate::handover`]). A
+/// transient failure is retried with the same request id, so a retry of an unlock that
+/// did run replays its outcome instead of counting down twice.
 async fn release_hold(
     inner: &Arc<ClientInner>,
     hold: &Hold,
     keep: Option<Duration>,
     holds: u32,
 ) -> Result<Release> {
+    // With replica sync a grant would need the acknowledgement an acquire gets; there the
+    // release is published and waiters acquire as usual.
+    let mut offer = Offer(match inner.conn.sync() {
+        ReplicaSync::Off => inner.handover.offer(&hold.name),
+        ReplicaSync::Wait { .. } => None,
+    });
+    let sent = Instant::now();
     let latch = raw::latch_key(&hold.name, &raw::request_id());
     let mut call = ReleaseCall {
         name: &hold.name,
         channel: &hold.channel,
+        token_key: &hold.token_key,
         latch: &latch,
         field: &hold.field,
+        next: offer.0.as_ref().map(|t| (&*t.field, t.lease)),
         keep,
         holds,
         latch_ttl: inner.latch_ttl(),
         retry: false,
     };
     let mut attempt = 0;
-    loop {
+    let outcome = loop {
         attempt += 1;
         match raw::release(&inner.conn, &call).await {
             // A full release writes no latch: the field is gone because the lost first
             // send released it.
-            Ok(Release::NotHeld) if call.retry => return Ok(Release::Released),
+            Ok(Release::NotHeld) if call.retry => break Ok(Release::Released),
             Ok(r) => {
                 if r == Release::StillHeld {
                     // The latch only matters to retries of this call, which are over.
                     inner.janitor.discard(latch);
                 }
-                return Ok(r);
+                break Ok(r);
             }
             Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                 tracing::debug!(attempt, error = %e, "unlock reply lost; retrying with the same request id");
                 call.retry = true;
                 tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
             }
-            Err(e) => return Err(e),
+            Err(e) => break Err(e),
+        }
+    };
+    if let (Ok(Release::HandedOver { token }), Some(ticket)) = (&outcome, offer.0.take()) {
+        if !ticket.deliver(Grant { token: *token, sent }) {
+            release_detached(
+                inner.clone(),
+                Hold {
+                    field: ticket.field.clone(),
+                    ..hold.clone()
+                },
+            );
         }
     }
+    outcome
 }
 
 fn unreachable_none() -> Error {

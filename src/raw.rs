@@ -87,6 +87,9 @@ pub(crate) enum Release {
     StillHeld,
     /// The last hold released; the key is deleted and waiters were told.
     Released,
+    /// The last hold released and the lock given to the waiter named in the call, with
+    /// this fencing token; nothing was published.
+    HandedOver { token: u64 },
 }
 
 fn ms(d: Duration) -> u128 {
@@ -189,6 +192,8 @@ async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
     let undo = ReleaseCall {
         name: call.name,
         channel: &channel,
+        token_key: call.token_key,
+        next: None,
         latch: &latch,
         field: call.field,
         keep: None,
@@ -211,8 +216,11 @@ async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
 pub(crate) struct ReleaseCall<'a> {
     pub(crate) name: &'a str,
     pub(crate) channel: &'a str,
+    pub(crate) token_key: &'a str,
     pub(crate) latch: &'a str,
     pub(crate) field: &'a str,
+    /// A waiter to hand the lock to on a full release: its holder field and lease.
+    pub(crate) next: Option<(&'a str, Duration)>,
     /// Lease to keep on the key while holds remain (`None`: leave the TTL).
     pub(crate) keep: Option<Duration>,
     /// How many holds of the hash's count this call gives back.
@@ -228,6 +236,7 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         .key(call.name)
         .key(call.channel)
         .key(call.latch)
+        .key(call.token_key)
         .arg(UNLOCK_MESSAGE)
         .arg(call.keep.map(ms).unwrap_or(0))
         .arg(call.field)
@@ -235,6 +244,8 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         .arg(conn.publish_command())
         .arg(call.holds)
         .arg(flag(call.retry))
+        .arg(call.next.map(|n| n.0).unwrap_or(""))
+        .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
@@ -246,6 +257,14 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
     }
     match reply {
         Value::Nil => Ok(Release::NotHeld),
+        Value::Array(ref items) if items.len() == 2 && int(&items[0]) == Some(2) => {
+            match int(&items[1]) {
+                Some(token) if token > 0 && call.next.is_some() => Ok(Release::HandedOver {
+                    token: token as u64,
+                }),
+                _ => Err(unexpected("unlock", &reply)),
+            }
+        }
         ref v => match int(v) {
             Some(0) => Ok(Release::StillHeld),
             Some(1) => Ok(Release::Released),

@@ -1,0 +1,349 @@
+//! Hand-over: a lock released while a task of the same client waits for it goes straight
+//! to that task, inside the unlock script, instead of being published to every waiter.
+//!
+//! Without it, a contended lock costs three trips per holder: the unlock, the pub/sub
+//! message, and the next waiter's acquire. With it, the unlock script writes the next
+//! holder's field itself (`docs/protocol.md`, 2.2), and the unlock's reply is the grant.
+//!
+//! Each client keeps, per lock name, the tasks that sleep waiting for it (a [`Ticket`]
+//! each, ordered by when they first waited, so hand-over is FIFO). An unlock takes the
+//! oldest sleeping ticket and marks it offered; from then on that waiter sends nothing
+//! itself and only waits for the outcome, so the script's grant cannot meet an acquire of
+//! its own. At most `limit` hand-overs follow each other on a name; the next release is
+//! published as usual, so that waiters of other clients (Redisson's among them) get their
+//! turn in the race.
+//!
+//! A ticket is settled exactly once, under its own mutex, by whichever side comes second:
+//! the unlock delivering a grant, or the waiter leaving (cancelled or out of time). A grant
+//! that finds its waiter gone is released by the unlocking side; a grant that arrived but
+//! was never taken is released by the leaving waiter. So no hold is left behind.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Default for [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit).
+pub const DEFAULT_HANDOVER_LIMIT: u32 = 16;
+
+/// Where one waiter's ticket stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Not offered; the waiter may send its own acquires.
+    Free,
+    /// An unlock carrying this waiter as next holder is in flight.
+    Offered,
+    /// The unlock handed the lock over: `token`, lease counted from `sent`.
+    Granted(Grant),
+    /// The waiter left; a grant arriving now is the unlocker's to release.
+    Gone,
+}
+
+/// A hold written by the unlock script for a waiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) token: u64,
+    /// When the unlock that granted it was sent; the lease runs from no earlier.
+    pub(crate) sent: Instant,
+}
+
+/// One sleeping waiter, as the unlocking side sees it.
+pub(crate) struct Ticket {
+    /// The waiter's holder field, written into the hash on hand-over.
+    pub(crate) field: Arc<str>,
+    /// The lease the waiter asked for (the watchdog timeout for watchdog locks).
+    pub(crate) lease: Duration,
+    seq: u64,
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+impl Ticket {
+    /// Gives the hold to the waiter. `false` if the waiter has left: the caller then
+    /// owns the hold and must release it.
+    pub(crate) fn deliver(&self, grant: Grant) -> bool {
+        let mut s = self.state.lock();
+        let delivered = *s == State::Offered;
+        if delivered {
+            *s = State::Granted(grant);
+        }
+        drop(s);
+        self.changed.notify_one();
+        delivered
+    }
+
+    /// The unlock did not hand over (holds remained, or it failed): the waiter goes
+    /// back to acquiring on its own.
+    pub(crate) fn revert(&self) {
+        let mut s = self.state.lock();
+        if *s == State::Offered {
+            *s = State::Free;
+        }
+        drop(s);
+        self.changed.notify_one();
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Sleeping, not offered, by first-wait order.
+    sleeping: BTreeMap<u64, Arc<Ticket>>,
+    /// Hand-overs in a row on this name since the last published release.
+    streak: u32,
+}
+
+/// The per-client registry of sleeping waiters.
+pub(crate) struct Handover {
+    limit: u32,
+    next_seq: AtomicU64,
+    queues: Mutex<HashMap<Arc<str>, Queue>>,
+}
+
+impl Handover {
+    pub(crate) fn new(limit: u32) -> Handover {
+        Handover {
+            limit,
+            next_seq: AtomicU64::new(0),
+            queues: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The oldest sleeping waiter of `name`, now marked offered; `None` when nobody
+    /// sleeps or the streak is used up (then this release is published, and the streak
+    /// starts again).
+    pub(crate) fn offer(&self, name: &str) -> Option<Arc<Ticket>> {
+        if self.limit == 0 {
+            return None;
+        }
+        let mut queues = self.queues.lock();
+        let queue = queues.get_mut(name)?;
+        if queue.streak >= self.limit || queue.sleeping.is_empty() {
+            // This release is published: the streak starts again.
+            queue.streak = 0;
+            if queue.sleeping.is_empty() {
+                queues.remove(name);
+            }
+            return None;
+        }
+        let (_, ticket) = queue.sleeping.pop_first()?;
+        queue.streak += 1;
+        *ticket.state.lock() = State::Offered;
+        Some(ticket)
+    }
+
+    /// A waiter of `name` that will sleep between attempts; it is not in the queue
+    /// until it [`park`](Waiter::park)s.
+    pub(crate) fn waiter(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        field: &Arc<str>,
+        lease: Duration,
+    ) -> Waiter {
+        Waiter {
+            hub: self.clone(),
+            name: name.clone(),
+            ticket: Arc::new(Ticket {
+                field: field.clone(),
+                lease,
+                seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
+                state: Mutex::new(State::Free),
+                changed: Notify::new(),
+            }),
+        }
+    }
+
+    fn remove(&self, name: &Arc<str>, seq: u64) {
+        let mut queues = self.queues.lock();
+        if let Some(q) = queues.get_mut(name) {
+            q.sleeping.remove(&seq);
+            // The streak outlives an empty queue: two tasks trading the lock would
+            // otherwise reset it at every turn and shut other clients out.
+            if q.sleeping.is_empty() && q.streak == 0 {
+                queues.remove(name);
+            }
+        }
+    }
+}
+
+/// What a waiter finds when it stops sleeping.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Woke {
+    /// Not offered: try to acquire.
+    Free,
+    /// An unlock is handing the lock over; wait for [`Waiter::outcome`].
+    Offered,
+    /// The lock was handed over.
+    Granted(Grant),
+}
+
+/// One waiting task's ticket. Dropping it leaves the queue; see [`Waiter::leave`].
+pub(crate) struct Waiter {
+    hub: Arc<Handover>,
+    name: Arc<str>,
+    ticket: Arc<Ticket>,
+}
+
+impl Waiter {
+    /// Joins the queue for the sleep that follows.
+    pub(crate) fn park(&self) {
+        let mut queues = self.hub.queues.lock();
+        if *self.ticket.state.lock() == State::Free {
+            queues
+                .entry(self.name.clone())
+                .or_default()
+                .sleeping
+                .insert(self.ticket.seq, self.ticket.clone());
+        }
+    }
+
+    /// Completes when an unlock has picked this waiter, or settled an offer to it.
+    /// May complete early (a stale wake-up): [`unpark`](Self::unpark) tells.
+    pub(crate) async fn picked(&self) {
+        let changed = self.ticket.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if *self.ticket.state.lock() != State::Free {
+            return;
+        }
+        changed.await;
+    }
+
+    /// Leaves the queue after a sleep and says what happened meanwhile. A grant is taken
+    /// (the ticket is free again).
+    pub(crate) fn unpark(&self) -> Woke {
+        self.hub.remove(&self.name, self.ticket.seq);
+        let mut s = self.ticket.state.lock();
+        match *s {
+            State::Offered => Woke::Offered,
+            State::Granted(g) => {
+                *s = State::Free;
+                Woke::Granted(g)
+            }
+            State::Free | State::Gone => Woke::Free,
+        }
+    }
+
+    /// Waits until an offer is settled: `Some` with the grant, `None` when the unlock did
+    /// not hand over and the waiter should acquire on its own.
+    pub(crate) async fn outcome(&self) -> Option<Grant> {
+        loop {
+            let changed = self.ticket.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut s = self.ticket.state.lock();
+                match *s {
+                    State::Offered => {}
+                    State::Granted(g) => {
+                        *s = State::Free;
+                        return Some(g);
+                    }
+                    State::Free | State::Gone => return None,
+                }
+            }
+            changed.await;
+        }
+    }
+
+    /// Leaves for good. Returns a grant that arrived and was never taken: the caller
+    /// must release that hold. An offer still in flight is left to the unlocking side,
+    /// which releases the hold if it is granted.
+    pub(crate) fn leave(&self) -> Option<Grant> {
+        self.hub.remove(&self.name, self.ticket.seq);
+        let mut s = self.ticket.state.lock();
+        let left = match *s {
+            State::Granted(g) => Some(g),
+            _ => None,
+        };
+        *s = State::Gone;
+        left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub(limit: u32) -> Arc<Handover> {
+        Arc::new(Handover::new(limit))
+    }
+
+    fn grant(token: u64) -> Grant {
+        Grant {
+            token,
+            sent: Instant::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn offers_oldest_first_and_bounds_the_streak() {
+        let h = hub(2);
+        let name: Arc<str> = "n".into();
+        let ws: Vec<Waiter> = (0..3)
+            .map(|i| h.waiter(&name, &format!("f{i}").into(), Duration::from_secs(1)))
+            .collect();
+        // Parked in reverse order; first-wait order still wins.
+        for w in ws.iter().rev() {
+            w.park();
+        }
+        assert_eq!(&*h.offer("n").unwrap().field, "f0");
+        assert_eq!(&*h.offer("n").unwrap().field, "f1");
+        assert!(h.offer("n").is_none(), "third in a row is published");
+        assert_eq!(&*h.offer("n").unwrap().field, "f2");
+        assert!(h.offer("n").is_none(), "nobody left");
+        assert!(h.queues.lock().is_empty());
+        assert!(h.offer("other").is_none());
+    }
+
+    #[tokio::test]
+    async fn grant_reaches_waiter_or_comes_back() {
+        let h = hub(4);
+        let name: Arc<str> = "n".into();
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        w.park();
+        let t = h.offer("n").unwrap();
+        assert_eq!(w.unpark(), Woke::Offered);
+        assert!(t.deliver(grant(7)));
+        assert_eq!(w.outcome().await.map(|g| g.token), Some(7));
+
+        // Offered, then the waiter leaves: the unlocker keeps the grant.
+        w.park();
+        let t = h.offer("n").unwrap();
+        assert_eq!(w.leave(), None);
+        assert!(!t.deliver(grant(8)));
+
+        // Granted but never taken: the leaving waiter gets it back.
+        let w = h.waiter(&name, &"g".into(), Duration::from_secs(1));
+        w.park();
+        let t = h.offer("n").unwrap();
+        assert!(t.deliver(grant(9)));
+        assert_eq!(w.leave().map(|g| g.token), Some(9));
+    }
+
+    #[tokio::test]
+    async fn revert_frees_the_waiter() {
+        let h = hub(4);
+        let name: Arc<str> = "n".into();
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        w.park();
+        let t = h.offer("n").unwrap();
+        t.revert();
+        w.picked().await;
+        assert_eq!(w.unpark(), Woke::Free);
+        assert_eq!(w.outcome().await, None);
+        assert!(h.queues.lock()["n"].sleeping.is_empty());
+    }
+
+    #[tokio::test]
+    async fn zero_limit_never_offers() {
+        let h = hub(0);
+        let name: Arc<str> = "n".into();
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        w.park();
+        assert!(h.offer("n").is_none());
+    }
+}
