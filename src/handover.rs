@@ -94,6 +94,20 @@ struct Queue {
     sleeping: BTreeMap<u64, Arc<Ticket>>,
     /// Hand-overs in a row on this name since the last published release.
     streak: u32,
+    /// After this client ended a streak with a published release: until then its own
+    /// new acquires of the name hold back, so that the waiters the message wakes, here
+    /// and in other clients, race on equal terms with the task that just released.
+    yield_until: Option<Instant>,
+}
+
+/// What an unlock should do with the lock on a full release.
+pub(crate) enum Offer {
+    /// Hand it to this waiter.
+    To(Arc<Ticket>),
+    /// Publish: this client has nobody waiting.
+    Publish,
+    /// Publish, ending a streak of hand-overs while this client still has waiters.
+    EndStreak,
 }
 
 /// The per-client registry of sleeping waiters.
@@ -112,27 +126,45 @@ impl Handover {
         }
     }
 
-    /// The oldest sleeping waiter of `name`, now marked offered; `None` when nobody
-    /// sleeps or the streak is used up (then this release is published, and the streak
-    /// starts again).
-    pub(crate) fn offer(&self, name: &str) -> Option<Arc<Ticket>> {
+    /// The oldest sleeping waiter of `name`, now marked offered, unless nobody sleeps or
+    /// the streak is used up (then this release is published, and the streak starts
+    /// again).
+    pub(crate) fn offer(&self, name: &str) -> Offer {
         if self.limit == 0 {
-            return None;
+            return Offer::Publish;
         }
         let mut queues = self.queues.lock();
-        let queue = queues.get_mut(name)?;
-        if queue.streak >= self.limit || queue.sleeping.is_empty() {
-            // This release is published: the streak starts again.
-            queue.streak = 0;
-            if queue.sleeping.is_empty() {
-                queues.remove(name);
-            }
-            return None;
+        let Some(queue) = queues.get_mut(name) else {
+            return Offer::Publish;
+        };
+        if queue.sleeping.is_empty() {
+            queues.remove(name);
+            return Offer::Publish;
         }
-        let (_, ticket) = queue.sleeping.pop_first()?;
+        if queue.streak >= self.limit {
+            queue.streak = 0;
+            return Offer::EndStreak;
+        }
+        let Some((_, ticket)) = queue.sleeping.pop_first() else {
+            return Offer::Publish;
+        };
         queue.streak += 1;
         *ticket.state.lock() = State::Offered;
-        Some(ticket)
+        Offer::To(ticket)
+    }
+
+    /// Holds back this client's new acquires of `name` for `period` (see `yield_until`).
+    pub(crate) fn hold_back(&self, name: &str, period: Duration) {
+        if let Some(q) = self.queues.lock().get_mut(name) {
+            q.yield_until = Some(Instant::now() + period);
+        }
+    }
+
+    /// Until when new acquires of `name` hold back, if they do now.
+    pub(crate) fn held_back(&self, name: &str) -> Option<Instant> {
+        let queues = self.queues.lock();
+        let until = queues.get(name)?.yield_until?;
+        (until > Instant::now()).then_some(until)
     }
 
     /// A waiter of `name` that will sleep between attempts; it is not in the queue
@@ -162,7 +194,8 @@ impl Handover {
             q.sleeping.remove(&seq);
             // The streak outlives an empty queue: two tasks trading the lock would
             // otherwise reset it at every turn and shut other clients out.
-            if q.sleeping.is_empty() && q.streak == 0 {
+            let yielding = q.yield_until.is_some_and(|u| u > Instant::now());
+            if q.sleeping.is_empty() && q.streak == 0 && !yielding {
                 queues.remove(name);
             }
         }
@@ -272,6 +305,13 @@ mod tests {
         Arc::new(Handover::new(limit))
     }
 
+    fn to(o: Offer) -> Arc<Ticket> {
+        match o {
+            Offer::To(t) => t,
+            _ => panic!("expected an offer"),
+        }
+    }
+
     fn grant(token: u64) -> Grant {
         Grant {
             token,
@@ -290,13 +330,16 @@ mod tests {
         for w in ws.iter().rev() {
             w.park();
         }
-        assert_eq!(&*h.offer("n").unwrap().field, "f0");
-        assert_eq!(&*h.offer("n").unwrap().field, "f1");
-        assert!(h.offer("n").is_none(), "third in a row is published");
-        assert_eq!(&*h.offer("n").unwrap().field, "f2");
-        assert!(h.offer("n").is_none(), "nobody left");
+        assert_eq!(&*to(h.offer("n")).field, "f0");
+        assert_eq!(&*to(h.offer("n")).field, "f1");
+        assert!(
+            matches!(h.offer("n"), Offer::EndStreak),
+            "third in a row is published"
+        );
+        assert_eq!(&*to(h.offer("n")).field, "f2");
+        assert!(matches!(h.offer("n"), Offer::Publish), "nobody left");
         assert!(h.queues.lock().is_empty());
-        assert!(h.offer("other").is_none());
+        assert!(matches!(h.offer("other"), Offer::Publish));
     }
 
     #[tokio::test]
@@ -305,21 +348,21 @@ mod tests {
         let name: Arc<str> = "n".into();
         let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
         w.park();
-        let t = h.offer("n").unwrap();
+        let t = to(h.offer("n"));
         assert_eq!(w.unpark(), Woke::Offered);
         assert!(t.deliver(grant(7)));
         assert_eq!(w.outcome().await.map(|g| g.token), Some(7));
 
         // Offered, then the waiter leaves: the unlocker keeps the grant.
         w.park();
-        let t = h.offer("n").unwrap();
+        let t = to(h.offer("n"));
         assert_eq!(w.leave(), None);
         assert!(!t.deliver(grant(8)));
 
         // Granted but never taken: the leaving waiter gets it back.
         let w = h.waiter(&name, &"g".into(), Duration::from_secs(1));
         w.park();
-        let t = h.offer("n").unwrap();
+        let t = to(h.offer("n"));
         assert!(t.deliver(grant(9)));
         assert_eq!(w.leave().map(|g| g.token), Some(9));
     }
@@ -330,7 +373,7 @@ mod tests {
         let name: Arc<str> = "n".into();
         let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
         w.park();
-        let t = h.offer("n").unwrap();
+        let t = to(h.offer("n"));
         t.revert();
         w.picked().await;
         assert_eq!(w.unpark(), Woke::Free);
@@ -344,6 +387,19 @@ mod tests {
         let name: Arc<str> = "n".into();
         let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
         w.park();
-        assert!(h.offer("n").is_none());
+        assert!(matches!(h.offer("n"), Offer::Publish));
+    }
+
+    #[tokio::test]
+    async fn holding_back_lasts_its_period() {
+        let h = hub(1);
+        let name: Arc<str> = "n".into();
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        w.park();
+        assert!(h.held_back("n").is_none());
+        h.hold_back("n", Duration::from_secs(60));
+        assert!(h.held_back("n").is_some());
+        h.hold_back("n", Duration::ZERO);
+        assert!(h.held_back("n").is_none());
     }
 }

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::client::{Client, ClientInner, ReplicaSync, SyncFailure};
 use crate::error::{Error, Result};
-use crate::handover::{Grant, Ticket, Waiter, Woke};
+use crate::handover::{Grant, Offer, Ticket, Waiter, Woke};
 use crate::identity::{holder_field, OwnerId};
 use crate::inflight::Completing;
 use crate::raw::{self, Attempt, Release, ReleaseCall};
@@ -227,6 +227,18 @@ impl Lock {
         lease: Option<Duration>,
         wait: Wait,
     ) -> Result<Option<LockGuard>> {
+        if let (Wait::Until(deadline), Some(until)) =
+            (wait, self.inner().handover.held_back(&self.name))
+        {
+            // This client just ended a run of hand-overs on the name: let the waiters
+            // the release woke (in other clients too) go first. A holder never waits.
+            let inner = self.inner();
+            if !inner.watchdog.is_registered(&self.name, &field)
+                && !inner.fixed.holds(&self.name, &field)
+            {
+                tokio::time::sleep_until(deadline.map_or(until, |d| d.min(until))).await;
+            }
+        }
         let mut ttl = match self.attempt(owner, &field, lease).await? {
             Ok(guard) => return Ok(Some(guard)),
             Err(ttl) => ttl,
@@ -300,19 +312,27 @@ impl Lock {
                     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                     match left {
                         None => queued.waiter.outcome().await,
-                        Some(left) => match tokio::time::timeout(left, queued.waiter.outcome()).await {
-                            Ok(g) => g,
-                            // Dropping `queued` leaves the offer to the unlocker, which
-                            // releases the hold if it was granted.
-                            Err(_) => return Ok(None),
-                        },
+                        Some(left) => {
+                            match tokio::time::timeout(left, queued.waiter.outcome()).await {
+                                Ok(g) => g,
+                                // Dropping `queued` leaves the offer to the unlocker, which
+                                // releases the hold if it was granted.
+                                Err(_) => return Ok(None),
+                            }
+                        }
                     }
                 }
             };
             if let Some(g) = grant {
                 sub.wake_used();
                 tracing::debug!(waited = ?started.elapsed(), token = g.token, "lock handed over");
-                return Ok(Some(self.held(self.hold(&field), owner, lease, g.sent, g.token)));
+                return Ok(Some(self.held(
+                    self.hold(&field),
+                    owner,
+                    lease,
+                    g.sent,
+                    g.token,
+                )));
             }
         }
     }
@@ -458,7 +478,12 @@ impl Lock {
     ) -> LockGuard {
         let inner = self.inner();
         let kind = match lease {
-            None => GuardKind::Watchdog(inner.watchdog.register(&self.name, &hold.field, sent, token)),
+            None => GuardKind::Watchdog(inner.watchdog.register(
+                &self.name,
+                &hold.field,
+                sent,
+                token,
+            )),
             Some(l) => {
                 inner.fixed.add(&self.name, &hold.field);
                 GuardKind::Lease { expires: sent + l }
@@ -584,9 +609,9 @@ fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
 }
 
 /// An offer in flight; if the release is dropped before settling it, the waiter is freed.
-struct Offer(Option<Arc<Ticket>>);
+struct Offered(Option<Arc<Ticket>>);
 
-impl Drop for Offer {
+impl Drop for Offered {
     fn drop(&mut self) {
         if let Some(t) = self.0.take() {
             t.revert();
@@ -641,9 +666,14 @@ async fn release_hold(
 ) -> Result<Release> {
     // With replica sync a grant would need the acknowledgement an acquire gets; there the
     // release is published and waiters acquire as usual.
-    let mut offer = Offer(match inner.conn.sync() {
+    let plan = match inner.conn.sync() {
         ReplicaSync::Off => inner.handover.offer(&hold.name),
-        ReplicaSync::Wait { .. } => None,
+        ReplicaSync::Wait { .. } => Offer::Publish,
+    };
+    let ends_streak = matches!(plan, Offer::EndStreak);
+    let mut offer = Offered(match plan {
+        Offer::To(t) => Some(t),
+        _ => None,
     });
     let sent = Instant::now();
     let latch = raw::latch_key(&hold.name, &raw::request_id());
@@ -681,8 +711,17 @@ async fn release_hold(
             Err(e) => break Err(e),
         }
     };
+    if ends_streak && outcome.as_ref().is_ok_and(|r| *r == Release::Released) {
+        // Two round trips: the message's way to the other waiters and their acquire.
+        // Capped: a slow (retried) unlock says little about the round trip.
+        let period = (sent.elapsed() * 2).min(Duration::from_millis(20));
+        inner.handover.hold_back(&hold.name, period);
+    }
     if let (Ok(Release::HandedOver { token }), Some(ticket)) = (&outcome, offer.0.take()) {
-        if !ticket.deliver(Grant { token: *token, sent }) {
+        if !ticket.deliver(Grant {
+            token: *token,
+            sent,
+        }) {
             release_detached(
                 inner.clone(),
                 Hold {

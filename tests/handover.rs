@@ -1,0 +1,268 @@
+//! Hand-over of a released lock to a waiting task of the same client, on a real
+//! redis-server per test.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{eventually, RedisServer};
+use redis_rlock::{Client, LockGuard};
+
+async fn client(s: &RedisServer, limit: u32) -> Client {
+    Client::builder(&s.url())
+        .handover_limit(limit)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Spawns a task that waits for `name` with `take`, and returns its guard's token and
+/// field once it has the lock (keeping the guard until `release` is set).
+async fn parked_waiter<F, Fut>(
+    s: &RedisServer,
+    c: &Client,
+    name: &str,
+    take: F,
+) -> tokio::task::JoinHandle<LockGuard>
+where
+    F: FnOnce(redis_rlock::Lock) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = LockGuard> + Send + 'static,
+{
+    let lock = c.lock(name);
+    let subs_before = s.numsub(lock.channel());
+    let waiter = tokio::spawn(take(lock.clone()));
+    assert!(
+        eventually(Duration::from_secs(5), || s.numsub(lock.channel())
+            > subs_before)
+        .await,
+        "the waiter never subscribed"
+    );
+    // Subscribed, then one more attempt, then asleep in the queue.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    waiter
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_hands_the_lock_to_a_waiting_task_without_publishing() {
+    let s = RedisServer::start();
+    let c = Client::builder(&s.url())
+        .watchdog_timeout(Duration::from_millis(600))
+        .build()
+        .await
+        .unwrap();
+    let first = c.lock("ho").lock().await.unwrap();
+    let waiter = parked_waiter(&s, &c, "ho", |l| async move { l.lock().await.unwrap() }).await;
+    let published = s.calls("publish");
+    let first_token = first.fencing_token();
+    first.unlock().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was not handed the lock")
+        .unwrap();
+    assert_eq!(
+        s.calls("publish"),
+        published,
+        "a hand-over publishes nothing"
+    );
+    assert!(second.fencing_token() > first_token);
+    assert_eq!(s.cmd::<i64>(&["HLEN", "ho"]), 1);
+    assert_eq!(s.cmd::<i64>(&["HGET", "ho", second.holder_field()]), 1);
+    // The handed-over hold is the watchdog's: it outlives several leases.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!second.is_lost());
+    assert_eq!(s.cmd::<i64>(&["HGET", "ho", second.holder_field()]), 1);
+    // Nobody waits now: this release is published.
+    second.unlock().await.unwrap();
+    assert_eq!(s.calls("publish"), published + 1);
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "ho"]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_waiter_gets_its_own_lease() {
+    let s = RedisServer::start();
+    let c = client(&s, 16).await;
+    let first = c.lock("ho-lease").lock().await.unwrap();
+    let waiter = parked_waiter(&s, &c, "ho-lease", |l| async move {
+        l.try_lock_for(Duration::from_secs(10), Some(Duration::from_secs(2)))
+            .await
+            .unwrap()
+            .expect("handed over within the wait")
+    })
+    .await;
+    first.unlock().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!second.is_watchdog());
+    let pttl = s.cmd::<i64>(&["PTTL", "ho-lease"]);
+    assert!(pttl > 0 && pttl <= 2000, "pttl {pttl}");
+    second.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-lease"]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_limit_publishes_every_release() {
+    let s = RedisServer::start();
+    let c = client(&s, 0).await;
+    let first = c.lock("ho-off").lock().await.unwrap();
+    let waiter = parked_waiter(&s, &c, "ho-off", |l| async move { l.lock().await.unwrap() }).await;
+    let published = s.calls("publish");
+    first.unlock().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.calls("publish"), published + 1);
+    second.unlock().await.unwrap();
+}
+
+#[test]
+fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
+    // The unlock script itself, sent twice as the client does when the first reply is
+    // lost: the second send must report the first one's hand-over, not grant again.
+    let s = RedisServer::start();
+    let mut conn = s.conn();
+    let script = redis::Script::new(include_str!("../lua/unlock.lua"));
+    let run = |conn: &mut redis::Connection, next: &str, retry: &str| -> redis::Value {
+        script
+            .key("ho-lua")
+            .key(redis_rlock::channel_name("ho-lua"))
+            .key("redisson_unlock_latch:{ho-lua}:r1")
+            .key(redis_rlock::token_key("ho-lua"))
+            .arg("0")
+            .arg(0)
+            .arg("c:1")
+            .arg(10_000)
+            .arg("publish")
+            .arg(1)
+            .arg(retry)
+            .arg(next)
+            .arg(5_000)
+            .invoke(conn)
+            .unwrap()
+    };
+    let _: () = s.cmd(&["HSET", "ho-lua", "c:1", "1"]);
+    let _: () = s.cmd(&["SET", "redisson_lock_token:{ho-lua}", "41"]);
+    let granted = redis::Value::Array(vec![redis::Value::Int(2), redis::Value::Int(42)]);
+    assert_eq!(run(&mut conn, "c:2", "0"), granted);
+    assert_eq!(
+        run(&mut conn, "c:2", "1"),
+        granted,
+        "the retry replays the grant"
+    );
+    assert_eq!(s.cmd::<i64>(&["HLEN", "ho-lua"]), 1);
+    assert_eq!(s.cmd::<i64>(&["HGET", "ho-lua", "c:2"]), 1, "granted once");
+    let pttl = s.cmd::<i64>(&["PTTL", "ho-lua"]);
+    assert!(pttl > 0 && pttl <= 5_000, "the next holder's lease: {pttl}");
+    // A fresh send by the old holder finds nothing to release.
+    assert_eq!(run(&mut conn, "c:3", "0"), redis::Value::Nil);
+    assert_eq!(s.calls("publish"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_waiter_gets_a_turn_while_tasks_trade_the_lock() {
+    let s = RedisServer::start();
+    let busy = client(&s, 4).await;
+    let other = client(&s, 4).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU32::new(0));
+    let mut traders = Vec::new();
+    for _ in 0..3 {
+        let (lock, stop, rounds) = (busy.lock("ho-fair"), stop.clone(), rounds.clone());
+        traders.push(tokio::spawn(async move {
+            // Bounded in count and time; the outsider should get in long before.
+            let began = Instant::now();
+            for _ in 0..20_000 {
+                if stop.load(Ordering::SeqCst) || began.elapsed() > Duration::from_secs(20) {
+                    break;
+                }
+                let g = lock.lock().await.unwrap();
+                rounds.fetch_add(1, Ordering::SeqCst);
+                g.unlock().await.unwrap();
+            }
+        }));
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || rounds.load(Ordering::SeqCst)
+            > 100)
+        .await
+    );
+    let outsider = other.lock("ho-fair");
+    let got = tokio::time::timeout(Duration::from_secs(15), outsider.lock()).await;
+    let traded = rounds.load(Ordering::SeqCst);
+    stop.store(true, Ordering::SeqCst);
+    let g = got.expect("the other client's waiter starved").unwrap();
+    g.unlock().await.unwrap();
+    for t in traders {
+        t.await.unwrap();
+    }
+    assert!(traded > 100, "the traders did not trade ({traded})");
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-fair"]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_cancelled_around_handovers_leave_no_hold_and_never_overlap() {
+    let s = RedisServer::start();
+    let c = client(&s, 16).await;
+    let inside = Arc::new(AtomicU32::new(0));
+    let overlaps = Arc::new(AtomicU32::new(0));
+    let taken = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let lock = c.lock("ho-cancel");
+        let (inside, overlaps, taken) = (inside.clone(), overlaps.clone(), taken.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ (t + 1);
+            for i in 0..150u64 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                // Cut off at random points: asleep, offered, or just granted.
+                let cut = Duration::from_micros(seed % 1500);
+                let got = if i % 2 == 0 {
+                    tokio::time::timeout(cut, lock.lock()).await.ok()
+                } else {
+                    lock.try_lock_for(cut, Some(Duration::from_secs(30)))
+                        .await
+                        .ok()
+                        .and_then(|g| g.map(Ok))
+                };
+                if let Some(g) = got {
+                    let g = g.unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    taken.fetch_add(1, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.unlock().await.unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("a task hung")
+            .unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+    assert!(taken.load(Ordering::SeqCst) > 0);
+    assert!(
+        eventually(Duration::from_secs(5), || s
+            .cmd::<i64>(&["EXISTS", "ho-cancel"])
+            == 0)
+        .await,
+        "a cancelled waiter left a hold behind"
+    );
+    let lock = c.lock("ho-cancel");
+    let g = lock
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after the storm");
+    g.unlock().await.unwrap();
+}
