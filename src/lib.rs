@@ -10,7 +10,9 @@
 //! - A watchdog renews locks taken without a lease until they are released, and tells
 //!   the holder at once through [`LockGuard::lost`] when a lock was lost anyway.
 //! - Waiters sleep on one shared pub/sub connection per client and are woken by the
-//!   unlock message; each wait is also bounded by the holder's TTL.
+//!   unlock message; each wait is also bounded by the holder's TTL. A lock released
+//!   while a task of the same client waits for it is handed straight to that task, oldest
+//!   first, inside the unlock script (see [`ClientBuilder::handover_limit`]).
 //! - Every future is cancel safe: dropping it leaves no hold and no subscription behind.
 //!
 //! ```no_run

@@ -70,8 +70,10 @@ enum Wait {
 ///
 /// All methods are cancel safe: dropping a pending `lock()` or `try_lock_for()` future
 /// never leaves a hold behind. If the acquire request was already sent, it finishes in the
-/// background and the hold it took, if any, is released there. The waiter's pub/sub
-/// subscription is dropped with the future.
+/// background and the hold it took, if any, is released there. The same holds for a lock
+/// handed over to a waiter that has just left (see
+/// [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit)). The waiter's
+/// pub/sub subscription is dropped with the future.
 ///
 /// ```no_run
 /// # async fn demo() -> redis_rlock::Result<()> {
