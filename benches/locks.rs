@@ -54,6 +54,15 @@ fn wanted(w: &str) -> bool {
     }
 }
 
+/// `RLOCK_BENCH_LIBS=ours` runs W3 for those crates only (for profiling; `ours`,
+/// `rslock`, `rlock`).
+fn lib_wanted(lib: Lib) -> bool {
+    match std::env::var("RLOCK_BENCH_LIBS") {
+        Ok(list) => list.split(',').any(|x| x.trim() == lib.arg()),
+        Err(_) => true,
+    }
+}
+
 fn wall_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -654,7 +663,10 @@ fn main() {
     let table = render(&rows.1, rows.0, &version, q);
     println!("{table}");
     // Only a full run of every workload replaces the published table.
-    if !q && std::env::var("RLOCK_BENCH_ONLY").is_err() {
+    if !q
+        && std::env::var("RLOCK_BENCH_ONLY").is_err()
+        && std::env::var("RLOCK_BENCH_LIBS").is_err()
+    {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/benchmarks.md");
         std::fs::write(path, &table).unwrap();
         println!("written to docs/benchmarks.md");
@@ -724,6 +736,9 @@ async fn run_all(url: &str, q: bool) -> (Duration, Vec<Row>) {
         let dur = Duration::from_millis(if q { 800 } else { 3000 });
         let mut w3s = Vec::new();
         for lib in [Lib::Ours, Lib::Rslock, Lib::Rlock] {
+            if !lib_wanted(lib) {
+                continue;
+            }
             // The round trip right around the run, so hand-off ratios share its noise.
             let before = rtt(url, 500 / scale).await;
             let r = w3(lib, url, dur).await;
