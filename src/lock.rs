@@ -719,11 +719,17 @@ async fn release_hold(
         let period = (sent.elapsed() * 2).min(Duration::from_millis(20));
         inner.handover.hold_back(&hold.name, period);
     }
-    if let (Ok(Release::HandedOver { token }), Some(ticket)) = (&outcome, offer.0.take()) {
-        if !ticket.deliver(Grant {
-            token: *token,
-            sent,
-        }) {
+    // Taken only on a hand-over: any other outcome leaves the ticket to `Offered`'s drop,
+    // which frees the waiter.
+    let handed = match (&outcome, offer.0.take()) {
+        (Ok(Release::HandedOver { token }), Some(ticket)) => Some((*token, ticket)),
+        (_, ticket) => {
+            offer.0 = ticket;
+            None
+        }
+    };
+    if let Some((token, ticket)) = handed {
+        if !ticket.deliver(Grant { token, sent }) {
             release_detached(
                 inner.clone(),
                 Hold {

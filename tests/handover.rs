@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::proxy::Proxy;
 use common::{eventually, RedisServer};
 use redis_rlock::{Client, LockGuard};
 
@@ -77,6 +78,44 @@ async fn an_unlock_hands_the_lock_to_a_waiting_task_without_publishing() {
     second.unlock().await.unwrap();
     assert_eq!(s.calls("publish"), published + 1);
     assert_eq!(s.cmd::<i64>(&["EXISTS", "ho"]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_release_hands_nothing_over_and_frees_the_waiter() {
+    let s = RedisServer::start();
+    let c = client(&s, 16).await;
+    let lock = c.lock("ho-partial");
+    let outer = lock.lock().await.unwrap();
+    // A fixed-lease re-entry is a second hold in Redis; its unlock is partial.
+    let inner = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
+    let waiter = parked_waiter(
+        &s,
+        &c,
+        "ho-partial",
+        |l| async move { l.lock().await.unwrap() },
+    )
+    .await;
+    inner.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiter.is_finished(),
+        "a partial release must not hand over"
+    );
+    assert_eq!(
+        s.cmd::<i64>(&["HGET", "ho-partial", outer.holder_field()]),
+        1
+    );
+    // The offer made with the partial release was given back: the last release finds
+    // the waiter asleep again and hands over to it (the key's lease is 30 s, so a waiter
+    // left stuck on the first offer would not get here in time).
+    let published = s.calls("publish");
+    outer.unlock().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was left waiting")
+        .unwrap();
+    assert_eq!(s.calls("publish"), published, "handed over, not published");
+    second.unlock().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,6 +199,63 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
     // A fresh send by the old holder finds nothing to release.
     assert_eq!(run(&mut conn, "c:3", "0"), redis::Value::Nil);
     assert_eq!(s.calls("publish"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_retried_after_a_late_reply_hands_over_once() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("redis_rlock=debug")
+        .with_test_writer()
+        .try_init();
+    let s = RedisServer::start();
+    let proxy = Arc::new(Proxy::start(s.port).await);
+    let c = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    // Loads the unlock script, so that the delayed unlock below runs at its first send
+    // (after a NOSCRIPT reply the first send would have done nothing).
+    let warm = c.lock("ho-late-warm").lock().await.unwrap();
+    warm.unlock().await.unwrap();
+    let published = s.calls("publish");
+    let first = c.lock("ho-late").lock().await.unwrap();
+    let waiter = parked_waiter(
+        &s,
+        &c,
+        "ho-late",
+        |l| async move { l.lock().await.unwrap() },
+    )
+    .await;
+    // 250 ms each way: the unlock runs in Redis but its reply misses the 300 ms response
+    // timeout. The delay is gone before the retry is sent; the retry must find the
+    // hand-over the first send made (`lua/unlock.lua`), not report "not held".
+    proxy.set_latency(Duration::from_millis(250));
+    let lift = {
+        let proxy = proxy.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(280)).await;
+            proxy.set_latency(Duration::ZERO);
+        })
+    };
+    first
+        .unlock()
+        .await
+        .expect("the retry must report the hand-over");
+    lift.await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap();
+    assert_eq!(s.calls("publish"), published, "nothing was published");
+    assert_eq!(s.cmd::<i64>(&["HLEN", "ho-late"]), 1);
+    assert_eq!(
+        s.cmd::<i64>(&["HGET", "ho-late", second.holder_field()]),
+        1,
+        "granted twice"
+    );
+    second.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-late"]), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
