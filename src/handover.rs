@@ -98,6 +98,10 @@ struct Queue {
     /// new acquires of the name hold back, so that the waiters the message wakes, here
     /// and in other clients, race on equal terms with the task that just released.
     yield_until: Option<Instant>,
+    /// When the current holder's lease ends, as the latest busy reply to a waiter here
+    /// said. A task that finds others asleep here waits behind them until then at most,
+    /// without asking Redis what they already know.
+    holder_until: Option<Instant>,
 }
 
 /// What an unlock should do with the lock on a full release.
@@ -158,6 +162,20 @@ impl Handover {
         if let Some(q) = self.queues.lock().get_mut(name) {
             q.yield_until = Some(Instant::now() + period);
         }
+    }
+
+    /// Whether tasks of this client already sleep waiting for `name`, and until when the
+    /// holder's lease is known to last. A new waiter then joins them without an attempt
+    /// of its own: the lock is held (that is why they sleep), and it is handed to them in
+    /// order. `None` when nobody sleeps or the known lease has run out.
+    pub(crate) fn behind(&self, name: &str) -> Option<Instant> {
+        let queues = self.queues.lock();
+        let q = queues.get(name)?;
+        if q.sleeping.is_empty() {
+            return None;
+        }
+        let until = q.holder_until?;
+        (until > Instant::now()).then_some(until)
     }
 
     /// Until when new acquires of `name` hold back, if they do now.
@@ -221,15 +239,16 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    /// Joins the queue for the sleep that follows.
-    pub(crate) fn park(&self) {
+    /// Joins the queue for the sleep that follows; `holder_until` is when the holder's
+    /// lease ends, if the last busy reply said.
+    pub(crate) fn park(&self, holder_until: Option<Instant>) {
         let mut queues = self.hub.queues.lock();
         if *self.ticket.state.lock() == State::Free {
-            queues
-                .entry(self.name.clone())
-                .or_default()
-                .sleeping
-                .insert(self.ticket.seq, self.ticket.clone());
+            let q = queues.entry(self.name.clone()).or_default();
+            q.sleeping.insert(self.ticket.seq, self.ticket.clone());
+            if holder_until.is_some() {
+                q.holder_until = holder_until;
+            }
         }
     }
 
@@ -328,7 +347,7 @@ mod tests {
             .collect();
         // Parked in reverse order; first-wait order still wins.
         for w in ws.iter().rev() {
-            w.park();
+            w.park(None);
         }
         assert_eq!(&*to(h.offer("n")).field, "f0");
         assert_eq!(&*to(h.offer("n")).field, "f1");
@@ -347,21 +366,21 @@ mod tests {
         let h = hub(4);
         let name: Arc<str> = "n".into();
         let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
-        w.park();
+        w.park(None);
         let t = to(h.offer("n"));
         assert_eq!(w.unpark(), Woke::Offered);
         assert!(t.deliver(grant(7)));
         assert_eq!(w.outcome().await.map(|g| g.token), Some(7));
 
         // Offered, then the waiter leaves: the unlocker keeps the grant.
-        w.park();
+        w.park(None);
         let t = to(h.offer("n"));
         assert_eq!(w.leave(), None);
         assert!(!t.deliver(grant(8)));
 
         // Granted but never taken: the leaving waiter gets it back.
         let w = h.waiter(&name, &"g".into(), Duration::from_secs(1));
-        w.park();
+        w.park(None);
         let t = to(h.offer("n"));
         assert!(t.deliver(grant(9)));
         assert_eq!(w.leave().map(|g| g.token), Some(9));
@@ -372,7 +391,7 @@ mod tests {
         let h = hub(4);
         let name: Arc<str> = "n".into();
         let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
-        w.park();
+        w.park(None);
         let t = to(h.offer("n"));
         t.revert();
         w.picked().await;
@@ -386,8 +405,25 @@ mod tests {
         let h = hub(0);
         let name: Arc<str> = "n".into();
         let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
-        w.park();
+        w.park(None);
         assert!(matches!(h.offer("n"), Offer::Publish));
+    }
+
+    #[tokio::test]
+    async fn newcomers_queue_behind_sleepers_while_the_lease_is_known() {
+        let h = hub(4);
+        let name: Arc<str> = "n".into();
+        assert!(h.behind("n").is_none());
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        w.park(None);
+        assert!(h.behind("n").is_none(), "no lease known");
+        w.unpark();
+        w.park(Some(Instant::now() + Duration::from_secs(60)));
+        assert!(h.behind("n").is_some());
+        w.unpark();
+        assert!(h.behind("n").is_none(), "nobody asleep");
+        w.park(Some(Instant::now()));
+        assert!(h.behind("n").is_none(), "lease run out");
     }
 
     #[tokio::test]
@@ -395,7 +431,7 @@ mod tests {
         let h = hub(1);
         let name: Arc<str> = "n".into();
         let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
-        w.park();
+        w.park(None);
         assert!(h.held_back("n").is_none());
         h.hold_back("n", Duration::from_secs(60));
         assert!(h.held_back("n").is_some());

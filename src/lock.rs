@@ -229,21 +229,36 @@ impl Lock {
         lease: Option<Duration>,
         wait: Wait,
     ) -> Result<Option<LockGuard>> {
-        if let (Wait::Until(deadline), Some(until)) =
-            (wait, self.inner().handover.held_back(&self.name))
-        {
-            // This client just ended a run of hand-overs on the name: let the waiters
-            // the release woke (in other clients too) go first. A holder never waits.
+        // Where this client's own waiters already queue for the name, a new waiter
+        // defers to them; a holder never does (its re-entry must go through).
+        let mut behind = None;
+        if let Wait::Until(deadline) = wait {
             let inner = self.inner();
-            if !inner.watchdog.is_registered(&self.name, &field)
-                && !inner.fixed.holds(&self.name, &field)
-            {
-                tokio::time::sleep_until(deadline.map_or(until, |d| d.min(until))).await;
+            let handover = &inner.handover;
+            let holder = || {
+                inner.watchdog.is_registered(&self.name, &field)
+                    || inner.fixed.holds(&self.name, &field)
+            };
+            if let Some(until) = handover.held_back(&self.name) {
+                // This client just ended a run of hand-overs on the name: the waiters
+                // the release woke (in other clients too) go first.
+                if !holder() {
+                    tokio::time::sleep_until(deadline.map_or(until, |d| d.min(until))).await;
+                }
+            } else if let Some(until) = handover.behind(&self.name) {
+                // Others of this client sleep on it, so it is held until at least `until`
+                // as far as anyone here knows: join the queue without asking Redis.
+                if !holder() {
+                    behind = Some(until.saturating_duration_since(Instant::now()));
+                }
             }
         }
-        let mut ttl = match self.attempt(owner, &field, lease).await? {
-            Ok(guard) => return Ok(Some(guard)),
-            Err(ttl) => ttl,
+        let mut ttl = match behind {
+            Some(left) => Some(left),
+            None => match self.attempt(owner, &field, lease).await? {
+                Ok(guard) => return Ok(Some(guard)),
+                Err(ttl) => ttl,
+            },
         };
         let deadline = match wait {
             Wait::No => return Ok(None),
@@ -269,19 +284,29 @@ impl Lock {
         };
         // Start of the current run of transient errors, if in one.
         let mut failing_since: Option<Instant> = None;
+        // A waiter that joined the queue without an attempt sleeps first.
+        let mut skip_attempt = behind.is_some();
         loop {
-            match self.attempt(owner, &field, lease).await {
-                Ok(Ok(guard)) => {
+            let mut lease_ends = None;
+            let tried = if std::mem::take(&mut skip_attempt) {
+                None
+            } else {
+                Some(self.attempt(owner, &field, lease).await)
+            };
+            match tried {
+                None => {}
+                Some(Ok(Ok(guard))) => {
                     sub.wake_used();
                     tracing::debug!(waited = ?started.elapsed(), "acquired after waiting");
                     return Ok(Some(guard));
                 }
-                Ok(Err(t)) => {
+                Some(Ok(Err(t))) => {
                     sub.wake_used();
                     failing_since = None;
                     ttl = t;
+                    lease_ends = t.map(|t| Instant::now() + t);
                 }
-                Err(e) if e.is_transient() => {
+                Some(Err(e)) if e.is_transient() => {
                     // A waiter rides out a failover or reconnect: the lock it waits for
                     // is still there, on whichever node serves it next.
                     let since = *failing_since.get_or_insert_with(Instant::now);
@@ -294,14 +319,14 @@ impl Lock {
                         .min(Duration::from_millis(500));
                     ttl = Some(pause);
                 }
-                Err(e) => return Err(e),
+                Some(Err(e)) => return Err(e),
             }
             let Some(bound) = self.bound(ttl, deadline) else {
                 tracing::debug!(waited = ?started.elapsed(), "wait ran out");
                 return Ok(None);
             };
             // Asleep, this task may be handed the lock by an unlock of this client.
-            queued.waiter.park();
+            queued.waiter.park(lease_ends);
             tokio::select! {
                 _ = sub.woken(bound) => {}
                 _ = queued.waiter.picked() => {}
