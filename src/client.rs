@@ -130,6 +130,7 @@ pub(crate) struct Config {
     pub(crate) sharded_pubsub: ShardedPubSub,
     pub(crate) retry_window: Duration,
     pub(crate) handover_limit: u32,
+    pub(crate) handover_window: Duration,
     /// Addresses announced by sentinels, mapped to where this client reaches them.
     pub(crate) address_map: Vec<((String, u16), (String, u16))>,
 }
@@ -214,12 +215,25 @@ impl ClientBuilder {
     ///
     /// A hand-over saves the waiter its wake-up message and its acquire: the unlock
     /// script writes the waiter's field and the unlock's reply is the grant. Among this
-    /// client's waiters it goes oldest first. The limit is what keeps waiters of other
+    /// client's waiters it goes oldest first. The limit, with
+    /// [`handover_window`](Self::handover_window), is what keeps waiters of other
     /// clients, which only hear published releases, from starving. Hand-over is not
     /// used with [`ReplicaSync::Wait`] (the default on Sentinel and Cluster), where a
     /// grant would need a replica's acknowledgement.
     pub fn handover_limit(mut self, limit: u32) -> Self {
         self.config.handover_limit = limit;
+        self
+    }
+
+    /// How long a run of hand-overs on one name may last, counted from its first; the
+    /// first release after that is published. Default
+    /// [`DEFAULT_HANDOVER_WINDOW`](crate::DEFAULT_HANDOVER_WINDOW). Together with
+    /// [`handover_limit`](Self::handover_limit) it bounds how long waiters of other
+    /// clients wait behind this client's tasks: with locks held for milliseconds the
+    /// window ends a run after a few hand-overs; with locks held for microseconds the
+    /// count does.
+    pub fn handover_window(mut self, window: Duration) -> Self {
+        self.config.handover_window = window;
         self
     }
 
@@ -247,6 +261,7 @@ impl ClientBuilder {
             check_duration(what, d)?;
         }
         check_duration("retry window", config.retry_window)?;
+        check_duration("hand-over window", config.handover_window)?;
         if let Some(ReplicaSync::Wait { timeout, acks, .. }) = &config.replica_sync {
             if timeout.is_zero() || *acks == 0 {
                 return Err(Error::InvalidConfig(
@@ -275,7 +290,10 @@ impl ClientBuilder {
         let watchdog = Watchdog::start(conn.clone(), &config, &runtime);
         let pubsub = PubSubHub::start(&self.deployment, &conn, &config, &runtime).await?;
         let janitor = Janitor::start(conn.clone(), &runtime);
-        let handover = Arc::new(crate::handover::Handover::new(config.handover_limit));
+        let handover = Arc::new(crate::handover::Handover::new(
+            config.handover_limit,
+            config.handover_window,
+        ));
         Ok(Client {
             inner: Arc::new(ClientInner {
                 id,
@@ -376,6 +394,7 @@ impl Client {
                 sharded_pubsub: ShardedPubSub::Auto,
                 retry_window: DEFAULT_RETRY_WINDOW,
                 handover_limit: crate::handover::DEFAULT_HANDOVER_LIMIT,
+                handover_window: crate::handover::DEFAULT_HANDOVER_WINDOW,
                 address_map: Vec::new(),
             },
         }

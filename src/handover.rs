@@ -27,8 +27,13 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// Default for [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit).
-pub const DEFAULT_HANDOVER_LIMIT: u32 = 16;
+/// Default for [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit):
+/// hand-overs in a row on one name.
+pub const DEFAULT_HANDOVER_LIMIT: u32 = 64;
+
+/// Default for [`ClientBuilder::handover_window`](crate::ClientBuilder::handover_window):
+/// how long a run of hand-overs on one name may last.
+pub const DEFAULT_HANDOVER_WINDOW: Duration = Duration::from_millis(5);
 
 /// Where one waiter's ticket stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +99,8 @@ struct Queue {
     sleeping: BTreeMap<u64, Arc<Ticket>>,
     /// Hand-overs in a row on this name since the last published release.
     streak: u32,
+    /// When the first of them was made.
+    streak_began: Option<Instant>,
     /// After this client ended a streak with a published release: until then its own
     /// new acquires of the name hold back, so that the waiters the message wakes, here
     /// and in other clients, race on equal terms with the task that just released.
@@ -117,22 +124,25 @@ pub(crate) enum Offer {
 /// The per-client registry of sleeping waiters.
 pub(crate) struct Handover {
     limit: u32,
+    window: Duration,
     next_seq: AtomicU64,
     queues: Mutex<HashMap<Arc<str>, Queue>>,
 }
 
 impl Handover {
-    pub(crate) fn new(limit: u32) -> Handover {
+    pub(crate) fn new(limit: u32, window: Duration) -> Handover {
         Handover {
             limit,
+            window,
             next_seq: AtomicU64::new(0),
             queues: Mutex::new(HashMap::new()),
         }
     }
 
     /// The oldest sleeping waiter of `name`, now marked offered, unless nobody sleeps or
-    /// the streak is used up (then this release is published, and the streak starts
-    /// again).
+    /// the streak is used up: `limit` hand-overs, or `window` since the first (then this
+    /// release is published, and the streak starts again). The count bounds a hot loop;
+    /// the window bounds, in time, how long waiters of other clients wait behind ours.
     pub(crate) fn offer(&self, name: &str) -> Offer {
         if self.limit == 0 {
             return Offer::Publish;
@@ -145,16 +155,35 @@ impl Handover {
             queues.remove(name);
             return Offer::Publish;
         }
-        if queue.streak >= self.limit {
+        let now = Instant::now();
+        let expired = queue
+            .streak_began
+            .is_some_and(|t| now.saturating_duration_since(t) >= self.window);
+        if queue.streak >= self.limit || (queue.streak > 0 && expired) {
             queue.streak = 0;
+            queue.streak_began = None;
             return Offer::EndStreak;
         }
         let Some((_, ticket)) = queue.sleeping.pop_first() else {
             return Offer::Publish;
         };
+        if queue.streak == 0 {
+            queue.streak_began = Some(now);
+        }
         queue.streak += 1;
         *ticket.state.lock() = State::Offered;
         Offer::To(ticket)
+    }
+
+    /// An offer of `name` was not handed over after all (the release was partial, or
+    /// failed): it leaves the streak as it was before.
+    pub(crate) fn withdraw(&self, name: &str) {
+        if let Some(q) = self.queues.lock().get_mut(name) {
+            q.streak = q.streak.saturating_sub(1);
+            if q.streak == 0 {
+                q.streak_began = None;
+            }
+        }
     }
 
     /// Holds back this client's new acquires of `name` for `period` (see `yield_until`).
@@ -321,7 +350,7 @@ mod tests {
     use super::*;
 
     fn hub(limit: u32) -> Arc<Handover> {
-        Arc::new(Handover::new(limit))
+        Arc::new(Handover::new(limit, Duration::from_secs(3600)))
     }
 
     fn to(o: Offer) -> Arc<Ticket> {
@@ -398,6 +427,8 @@ mod tests {
         assert_eq!(w.unpark(), Woke::Free);
         assert_eq!(w.outcome().await, None);
         assert!(h.queues.lock()["n"].sleeping.is_empty());
+        h.withdraw("n");
+        assert_eq!(h.queues.lock()["n"].streak, 0);
     }
 
     #[tokio::test]
@@ -424,6 +455,23 @@ mod tests {
         assert!(h.behind("n").is_none(), "nobody asleep");
         w.park(Some(Instant::now()));
         assert!(h.behind("n").is_none(), "lease run out");
+    }
+
+    #[tokio::test]
+    async fn a_streak_ends_when_its_window_has_passed() {
+        let h = Arc::new(Handover::new(100, Duration::from_millis(30)));
+        let name: Arc<str> = "n".into();
+        let ws: Vec<Waiter> = (0..3)
+            .map(|i| h.waiter(&name, &format!("f{i}").into(), Duration::from_secs(1)))
+            .collect();
+        for w in &ws {
+            w.park(None);
+        }
+        assert_eq!(&*to(h.offer("n")).field, "f0");
+        assert_eq!(&*to(h.offer("n")).field, "f1");
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(matches!(h.offer("n"), Offer::EndStreak));
+        assert_eq!(&*to(h.offer("n")).field, "f2", "a new streak begins");
     }
 
     #[tokio::test]

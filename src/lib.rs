@@ -57,7 +57,7 @@ pub use client::{
     DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use error::{Error, Result};
-pub use handover::DEFAULT_HANDOVER_LIMIT;
+pub use handover::{DEFAULT_HANDOVER_LIMIT, DEFAULT_HANDOVER_WINDOW};
 pub use identity::OwnerId;
 pub use lock::{Lock, LockGuard, MAX_DURATION, MAX_NAME_LEN};
 pub use multi::{MultiGuard, MultiLock, RedLock};

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::client::{Client, ClientInner, ReplicaSync, SyncFailure};
 use crate::error::{Error, Result};
-use crate::handover::{Grant, Offer, Ticket, Waiter, Woke};
+use crate::handover::{Grant, Handover, Offer, Ticket, Waiter, Woke};
 use crate::identity::{holder_field, OwnerId};
 use crate::inflight::Completing;
 use crate::raw::{self, Attempt, Release, ReleaseCall};
@@ -636,11 +636,17 @@ fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
 }
 
 /// An offer in flight; if the release is dropped before settling it, the waiter is freed.
-struct Offered(Option<Arc<Ticket>>);
+struct Offered<'a> {
+    ticket: Option<Arc<Ticket>>,
+    handover: &'a Handover,
+    name: &'a str,
+}
 
-impl Drop for Offered {
+impl Drop for Offered<'_> {
     fn drop(&mut self) {
-        if let Some(t) = self.0.take() {
+        if let Some(t) = self.ticket.take() {
+            // Not handed over: it does not count toward the streak either.
+            self.handover.withdraw(self.name);
             t.revert();
         }
     }
@@ -698,10 +704,14 @@ async fn release_hold(
         ReplicaSync::Wait { .. } => Offer::Publish,
     };
     let ends_streak = matches!(plan, Offer::EndStreak);
-    let mut offer = Offered(match plan {
-        Offer::To(t) => Some(t),
-        _ => None,
-    });
+    let mut offer = Offered {
+        ticket: match plan {
+            Offer::To(t) => Some(t),
+            _ => None,
+        },
+        handover: &inner.handover,
+        name: &hold.name,
+    };
     let sent = Instant::now();
     let latch = raw::latch_key(&hold.name, &raw::request_id());
     let mut call = ReleaseCall {
@@ -710,7 +720,7 @@ async fn release_hold(
         token_key: &hold.token_key,
         latch: &latch,
         field: &hold.field,
-        next: offer.0.as_ref().map(|t| (&*t.field, t.lease)),
+        next: offer.ticket.as_ref().map(|t| (&*t.field, t.lease)),
         keep,
         holds,
         latch_ttl: inner.latch_ttl(),
@@ -746,10 +756,10 @@ async fn release_hold(
     }
     // Taken only on a hand-over: any other outcome leaves the ticket to `Offered`'s drop,
     // which frees the waiter.
-    let handed = match (&outcome, offer.0.take()) {
+    let handed = match (&outcome, offer.ticket.take()) {
         (Ok(Release::HandedOver { token }), Some(ticket)) => Some((*token, ticket)),
         (_, ticket) => {
-            offer.0 = ticket;
+            offer.ticket = ticket;
             None
         }
     };

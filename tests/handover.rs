@@ -95,6 +95,19 @@ async fn a_partial_release_hands_nothing_over_and_frees_the_waiter() {
         |l| async move { l.lock().await.unwrap() },
     )
     .await;
+    // The holder re-enters at once, though a task of its client sleeps on the name.
+    let again = tokio::time::timeout(
+        Duration::from_secs(2),
+        lock.lock_with_lease(Duration::from_secs(30)),
+    )
+    .await
+    .expect("a holder must not queue behind waiters")
+    .unwrap();
+    assert_eq!(
+        s.cmd::<i64>(&["HGET", "ho-partial", outer.holder_field()]),
+        3
+    );
+    again.unlock().await.unwrap();
     inner.unlock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
