@@ -9,9 +9,10 @@
 //! each, ordered by when they first waited, so hand-over is FIFO). An unlock takes the
 //! oldest sleeping ticket and marks it offered; from then on that waiter sends nothing
 //! itself and only waits for the outcome, so the script's grant cannot meet an acquire of
-//! its own. At most `limit` hand-overs follow each other on a name; the next release is
-//! published as usual, so that waiters of other clients (Redisson's among them) get their
-//! turn in the race.
+//! its own. A run of hand-overs on a name ends after `limit` of them or `window` after its
+//! first; the next release is published as usual, so that waiters of other clients
+//! (Redisson's among them) get their turn in the race. While tasks sleep here, a task that
+//! starts waiting joins them without asking Redis (see [`Handover::behind`]).
 //!
 //! A ticket is settled exactly once, under its own mutex, by whichever side comes second:
 //! the unlock delivering a grant, or the waiter leaving (cancelled or out of time). A grant
