@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 /// Default for [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit):
 /// hand-overs in a row on one name.
-pub const DEFAULT_HANDOVER_LIMIT: u32 = 64;
+pub const DEFAULT_HANDOVER_LIMIT: u32 = 256;
 
 /// Default for [`ClientBuilder::handover_window`](crate::ClientBuilder::handover_window):
 /// how long a run of hand-overs on one name may last.
