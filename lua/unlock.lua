@@ -15,18 +15,16 @@
 -- ARGV[9]  the next holder's lease, in ms
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
 -- released and published, {2, token} when it was handed over to ARGV[8] with a new
--- fencing token. Only a partial release writes the latch: a retry of a full release finds
--- the field gone (and, after a hand-over, the next holder's field in its place).
+-- fencing token. A partial release latches 0 and a hand-over its token; a full release
+-- that published latches nothing: a retry finds the field gone, which the client reads
+-- as "released".
 if ARGV[7] == '1' then
-    local done = redis.call('get', KEYS[3])
+    local done = tonumber(redis.call('get', KEYS[3]))
     if done then
-        return tonumber(done)
-    end
-    -- The next holder sends nothing while an unlock hands over to it, so its field can
-    -- only be there because the lost first send wrote it.
-    if ARGV[8] ~= '' and redis.call('hexists', KEYS[1], ARGV[3]) == 0
-        and redis.call('hexists', KEYS[1], ARGV[8]) == 1 then
-        return {2, tonumber(redis.call('get', KEYS[4]))}
+        if done > 0 then
+            return {2, done}
+        end
+        return done
     end
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
@@ -49,6 +47,9 @@ if ARGV[8] ~= '' then
     redis.call('del', KEYS[1])
     redis.call('hset', KEYS[1], ARGV[8], 1)
     redis.call('pexpire', KEYS[1], ARGV[9])
+    -- Only this latch tells a retry that the hand-over happened: the next holder's field
+    -- could also have been written by an acquire of its own that was still in flight.
+    redis.call('set', KEYS[3], token, 'px', ARGV[4])
     return {2, token}
 end
 -- PUBLISH before any write: a publish refused by ACL then leaves the lock as it was,

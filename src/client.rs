@@ -344,6 +344,13 @@ pub(crate) struct ClientInner {
 }
 
 impl ClientInner {
+    /// Whether releases may be handed to this client's waiters (see
+    /// [`ClientBuilder::handover_limit`]). With replica sync a grant would need the
+    /// acknowledgement an acquire gets; there every release is published.
+    pub(crate) fn hands_over(&self) -> bool {
+        self.config.handover_limit > 0 && matches!(self.conn.sync(), ReplicaSync::Off)
+    }
+
     /// How long a request latch is kept: long enough to outlive every retry of its
     /// request, short enough not to pile up.
     pub(crate) fn latch_ttl(&self) -> Duration {

@@ -45,6 +45,10 @@ enum State {
     Offered,
     /// The unlock handed the lock over: `token`, lease counted from `sent`.
     Granted(Grant),
+    /// The unlock failed after it may have run: the waiter may hold the lock without
+    /// knowing it, so its next acquire asks Redis to adopt such a hold (the retry branch
+    /// of `lua/acquire.lua`) instead of taking a second one.
+    Unsure,
     /// The waiter left; a grant arriving now is the unlocker's to release.
     Gone,
 }
@@ -82,12 +86,23 @@ impl Ticket {
         delivered
     }
 
-    /// The unlock did not hand over (holds remained, or it failed): the waiter goes
-    /// back to acquiring on its own.
+    /// The unlock did not hand over (holds remained, or nothing was held): the waiter
+    /// goes back to acquiring on its own.
     pub(crate) fn revert(&self) {
+        self.settle(State::Free);
+    }
+
+    /// The unlock failed, and may have handed over before it did (see `State::Unsure`).
+    /// A waiter that has left by now may hold a lock it never learns of: that hold ends
+    /// with its lease.
+    pub(crate) fn unsure(&self) {
+        self.settle(State::Unsure);
+    }
+
+    fn settle(&self, to: State) {
         let mut s = self.state.lock();
         if *s == State::Offered {
-            *s = State::Free;
+            *s = to;
         }
         drop(s);
         self.changed.notify_one();
@@ -112,6 +127,16 @@ struct Queue {
     holder_until: Option<Instant>,
 }
 
+impl Queue {
+    /// Nothing left worth keeping: nobody asleep, no run of hand-overs still counting,
+    /// no hold-back in force.
+    fn idle(&self, now: Instant, window: Duration) -> bool {
+        self.sleeping.is_empty()
+            && self.yield_until.is_none_or(|u| u <= now)
+            && (self.streak == 0 || self.streak_began.is_none_or(|t| t + window <= now))
+    }
+}
+
 /// What an unlock should do with the lock on a full release.
 pub(crate) enum Offer {
     /// Hand it to this waiter.
@@ -126,6 +151,8 @@ pub(crate) enum Offer {
 pub(crate) struct Handover {
     limit: u32,
     window: Duration,
+    /// Leaves since the last sweep of idle entries.
+    leaves: AtomicU64,
     next_seq: AtomicU64,
     queues: Mutex<HashMap<Arc<str>, Queue>>,
 }
@@ -135,6 +162,7 @@ impl Handover {
         Handover {
             limit,
             window,
+            leaves: AtomicU64::new(0),
             next_seq: AtomicU64::new(0),
             queues: Mutex::new(HashMap::new()),
         }
@@ -237,15 +265,20 @@ impl Handover {
     }
 
     fn remove(&self, name: &Arc<str>, seq: u64) {
+        let now = Instant::now();
         let mut queues = self.queues.lock();
         if let Some(q) = queues.get_mut(name) {
             q.sleeping.remove(&seq);
-            // The streak outlives an empty queue: two tasks trading the lock would
-            // otherwise reset it at every turn and shut other clients out.
-            let yielding = q.yield_until.is_some_and(|u| u > Instant::now());
-            if q.sleeping.is_empty() && q.streak == 0 && !yielding {
+            // A run outlives an empty queue while it counts: two tasks trading the lock
+            // would otherwise reset it at every turn and shut other clients out.
+            if q.idle(now, self.window) {
                 queues.remove(name);
             }
+        }
+        // Entries of names nobody touches again (their last holder lost the lock, say)
+        // are swept now and then.
+        if self.leaves.fetch_add(1, Ordering::Relaxed) % 1024 == 1023 {
+            queues.retain(|_, q| !q.idle(now, self.window));
         }
     }
 }
@@ -259,6 +292,9 @@ pub(crate) enum Woke {
     Offered,
     /// The lock was handed over.
     Granted(Grant),
+    /// The unlock failed after it may have handed over: acquire, adopting a hold that
+    /// may already be there (see `State::Unsure`).
+    Unsure,
 }
 
 /// One waiting task's ticket. Dropping it leaves the queue; see [`Waiter::leave`].
@@ -305,27 +341,22 @@ impl Waiter {
                 *s = State::Free;
                 Woke::Granted(g)
             }
+            State::Unsure => {
+                *s = State::Free;
+                Woke::Unsure
+            }
             State::Free | State::Gone => Woke::Free,
         }
     }
 
-    /// Waits until an offer is settled: `Some` with the grant, `None` when the unlock did
-    /// not hand over and the waiter should acquire on its own.
-    pub(crate) async fn outcome(&self) -> Option<Grant> {
+    /// Waits until an offer is settled, and says how (never [`Woke::Offered`]).
+    pub(crate) async fn outcome(&self) -> Woke {
         loop {
             let changed = self.ticket.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            {
-                let mut s = self.ticket.state.lock();
-                match *s {
-                    State::Offered => {}
-                    State::Granted(g) => {
-                        *s = State::Free;
-                        return Some(g);
-                    }
-                    State::Free | State::Gone => return None,
-                }
+            if *self.ticket.state.lock() != State::Offered {
+                return self.unpark();
             }
             changed.await;
         }
@@ -400,7 +431,7 @@ mod tests {
         let t = to(h.offer("n"));
         assert_eq!(w.unpark(), Woke::Offered);
         assert!(t.deliver(grant(7)));
-        assert_eq!(w.outcome().await.map(|g| g.token), Some(7));
+        assert!(matches!(w.outcome().await, Woke::Granted(g) if g.token == 7));
 
         // Offered, then the waiter leaves: the unlocker keeps the grant.
         w.park(None);
@@ -426,10 +457,44 @@ mod tests {
         t.revert();
         w.picked().await;
         assert_eq!(w.unpark(), Woke::Free);
-        assert_eq!(w.outcome().await, None);
+        assert_eq!(w.outcome().await, Woke::Free);
         assert!(h.queues.lock()["n"].sleeping.is_empty());
         h.withdraw("n");
         assert_eq!(h.queues.lock()["n"].streak, 0);
+    }
+
+    #[tokio::test]
+    async fn a_failed_unlock_leaves_the_waiter_unsure_once() {
+        let h = hub(4);
+        let name: Arc<str> = "n".into();
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        w.park(None);
+        let t = to(h.offer("n"));
+        t.unsure();
+        assert_eq!(w.outcome().await, Woke::Unsure);
+        // Taken: the next sleep starts afresh.
+        assert_eq!(w.unpark(), Woke::Free);
+        // Unsure, then the waiter leaves: nothing is handed back (nobody knows).
+        w.park(None);
+        let t = to(h.offer("n"));
+        t.unsure();
+        assert_eq!(w.leave(), None);
+    }
+
+    #[tokio::test]
+    async fn idle_entries_are_dropped() {
+        let h = Arc::new(Handover::new(4, Duration::from_millis(10)));
+        let name: Arc<str> = "n".into();
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        w.park(None);
+        let _t = to(h.offer("n"));
+        // A run is counting: the entry stays while its window lasts.
+        w.unpark();
+        assert!(h.queues.lock().contains_key("n"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        w.park(None);
+        w.unpark();
+        assert!(h.queues.lock().is_empty());
     }
 
     #[tokio::test]

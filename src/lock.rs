@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::client::{Client, ClientInner, ReplicaSync, SyncFailure};
 use crate::error::{Error, Result};
-use crate::handover::{Grant, Handover, Offer, Ticket, Waiter, Woke};
+use crate::handover::{Grant, Offer, Ticket, Waiter, Woke};
 use crate::identity::{holder_field, OwnerId};
 use crate::inflight::Completing;
 use crate::raw::{self, Attempt, Release, ReleaseCall};
@@ -245,7 +245,11 @@ impl Lock {
                 if !holder() {
                     tokio::time::sleep_until(deadline.map_or(until, |d| d.min(until))).await;
                 }
-            } else if let Some(until) = handover.behind(&self.name) {
+            } else if let Some(until) = inner
+                .hands_over()
+                .then(|| handover.behind(&self.name))
+                .flatten()
+            {
                 // Others of this client sleep on it, so it is held until at least `until`
                 // as far as anyone here knows: join the queue without asking Redis.
                 if !holder() {
@@ -255,7 +259,7 @@ impl Lock {
         }
         let mut ttl = match behind {
             Some(left) => Some(left),
-            None => match self.attempt(owner, &field, lease).await? {
+            None => match self.attempt(owner, &field, lease, false).await? {
                 Ok(guard) => return Ok(Some(guard)),
                 Err(ttl) => ttl,
             },
@@ -286,22 +290,26 @@ impl Lock {
         let mut failing_since: Option<Instant> = None;
         // A waiter that joined the queue without an attempt sleeps first.
         let mut skip_attempt = behind.is_some();
+        // Set when a failed unlock may have handed this task the lock.
+        let mut adopt = false;
         loop {
             let mut lease_ends = None;
             let tried = if std::mem::take(&mut skip_attempt) {
                 None
             } else {
-                Some(self.attempt(owner, &field, lease).await)
+                Some(self.attempt(owner, &field, lease, adopt).await)
             };
             match tried {
                 None => {}
                 Some(Ok(Ok(guard))) => {
                     sub.wake_used();
+                    // `adopt` is over once an attempt got an answer.
                     tracing::debug!(waited = ?started.elapsed(), "acquired after waiting");
                     return Ok(Some(guard));
                 }
                 Some(Ok(Err(t))) => {
                     sub.wake_used();
+                    adopt = false;
                     failing_since = None;
                     ttl = t;
                     lease_ends = t.map(|t| Instant::now() + t);
@@ -331,17 +339,16 @@ impl Lock {
                 _ = sub.woken(bound) => {}
                 _ = queued.waiter.picked() => {}
             }
-            let grant = match queued.waiter.unpark() {
-                Woke::Free => None,
-                Woke::Granted(g) => Some(g),
+            let woke = match queued.waiter.unpark() {
                 Woke::Offered => {
-                    // The unlock's reply settles it, one round trip at most.
+                    // The unlock's reply settles it, within the unlock's own timeouts:
+                    // it runs in a task of its own (see `release_hold`).
                     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                     match left {
                         None => queued.waiter.outcome().await,
                         Some(left) => {
                             match tokio::time::timeout(left, queued.waiter.outcome()).await {
-                                Ok(g) => g,
+                                Ok(w) => w,
                                 // Dropping `queued` leaves the offer to the unlocker, which
                                 // releases the hold if it was granted.
                                 Err(_) => return Ok(None),
@@ -349,6 +356,15 @@ impl Lock {
                         }
                     }
                 }
+                w => w,
+            };
+            let grant = match woke {
+                Woke::Granted(g) => Some(g),
+                Woke::Unsure => {
+                    adopt = true;
+                    None
+                }
+                Woke::Free | Woke::Offered => None,
             };
             if let Some(g) = grant {
                 sub.wake_used();
@@ -387,11 +403,14 @@ impl Lock {
     /// One acquire: a local re-entry of a live watchdog hold, or else one request to
     /// Redis (retried with the same request id when its reply may have been lost).
     /// `Err(ttl)` (inside `Ok`) when the lock is busy.
+    /// `adopt`: a failed unlock may have handed this task the lock; the request is then
+    /// sent as a retry, which adopts such a hold instead of taking a second one.
     async fn attempt(
         &self,
         owner: OwnerId,
         field: &Arc<str>,
         lease: Option<Duration>,
+        adopt: bool,
     ) -> Result<Result<LockGuard, Option<Duration>>> {
         let inner = self.inner().clone();
         let hold = self.hold(field);
@@ -426,7 +445,7 @@ impl Lock {
                     lease: effective,
                     latch_ttl: inner.latch_ttl(),
                     fresh,
-                    retry: false,
+                    retry: adopt && fresh,
                 };
                 let sync_retries = match inner.conn.sync() {
                     ReplicaSync::Wait {
@@ -635,19 +654,32 @@ fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
     });
 }
 
-/// An offer in flight; if the release is dropped before settling it, the waiter is freed.
-struct Offered<'a> {
-    ticket: Option<Arc<Ticket>>,
-    handover: &'a Handover,
-    name: &'a str,
+/// An offer riding on a release. Settled by `send_release`; if it is dropped unsettled
+/// (the runtime went away), the waiter is freed.
+struct Offered {
+    ticket: Arc<Ticket>,
+    inner: Arc<ClientInner>,
+    name: Arc<str>,
+    settled: bool,
 }
 
-impl Drop for Offered<'_> {
+impl Offered {
+    /// The release did not hand over; it does not count toward the run either.
+    fn withdraw(&mut self, unsure: bool) {
+        self.settled = true;
+        self.inner.handover.withdraw(&self.name);
+        if unsure {
+            self.ticket.unsure();
+        } else {
+            self.ticket.revert();
+        }
+    }
+}
+
+impl Drop for Offered {
     fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            // Not handed over: it does not count toward the streak either.
-            self.handover.withdraw(self.name);
-            t.revert();
+        if !self.settled {
+            self.withdraw(false);
         }
     }
 }
@@ -687,31 +719,60 @@ impl FixedHolds {
     }
 }
 
-/// Gives back `holds` of the hash's count; on a full release, hands the lock to the
-/// oldest sleeping waiter of this client if there is one (see [`crate::handover`]). A
-/// transient failure is retried with the same request id, so a retry of an unlock that
-/// did run replays its outcome instead of counting down twice.
+/// Gives back `holds` of the hash's count; when that may be the last hold, hands the lock
+/// to the oldest sleeping waiter of this client if there is one (see [`crate::handover`]).
 async fn release_hold(
     inner: &Arc<ClientInner>,
     hold: &Hold,
     keep: Option<Duration>,
     holds: u32,
 ) -> Result<Release> {
-    // With replica sync a grant would need the acknowledgement an acquire gets; there the
-    // release is published and waiters acquire as usual.
-    let plan = match inner.conn.sync() {
-        ReplicaSync::Off => inner.handover.offer(&hold.name),
-        ReplicaSync::Wait { .. } => Offer::Publish,
+    // Holds this client still counts for the field make this release partial: offering
+    // the lock with it would only wake a waiter for nothing.
+    let last = keep.is_none()
+        && !inner.watchdog.is_registered(&hold.name, &hold.field)
+        && !inner.fixed.holds(&hold.name, &hold.field);
+    let plan = if last && inner.hands_over() {
+        inner.handover.offer(&hold.name)
+    } else {
+        Offer::Publish
     };
-    let ends_streak = matches!(plan, Offer::EndStreak);
-    let mut offer = Offered {
-        ticket: match plan {
-            Offer::To(t) => Some(t),
-            _ => None,
-        },
-        handover: &inner.handover,
-        name: &hold.name,
-    };
+    match plan {
+        Offer::To(ticket) => {
+            // The waiter sends nothing until this settles, so it must settle even if our
+            // caller stops polling: it runs in a task of its own.
+            let offer = Offered {
+                ticket,
+                inner: inner.clone(),
+                name: hold.name.clone(),
+                settled: false,
+            };
+            let (inner, hold) = (inner.clone(), hold.clone());
+            let task = inner.runtime.clone().spawn(async move {
+                send_release(&inner, &hold, keep, holds, Some(offer), false).await
+            });
+            task.await.unwrap_or_else(|e| {
+                Err(Error::Redis(redis::RedisError::from(
+                    std::io::Error::other(format!("the unlock task did not finish: {e}")),
+                )))
+            })
+        }
+        Offer::EndStreak => send_release(inner, hold, keep, holds, None, true).await,
+        Offer::Publish => send_release(inner, hold, keep, holds, None, false).await,
+    }
+}
+
+/// Sends one release and settles the offer riding on it. A transient failure is retried
+/// with the same request id, so a retry of an unlock that did run replays its outcome
+/// instead of counting down twice (or handing over twice).
+async fn send_release(
+    inner: &Arc<ClientInner>,
+    hold: &Hold,
+    keep: Option<Duration>,
+    holds: u32,
+    mut offer: Option<Offered>,
+    ends_streak: bool,
+) -> Result<Release> {
     let sent = Instant::now();
     let latch = raw::latch_key(&hold.name, &raw::request_id());
     let mut call = ReleaseCall {
@@ -720,7 +781,7 @@ async fn release_hold(
         token_key: &hold.token_key,
         latch: &latch,
         field: &hold.field,
-        next: offer.ticket.as_ref().map(|t| (&*t.field, t.lease)),
+        next: offer.as_ref().map(|o| (&*o.ticket.field, o.ticket.lease)),
         keep,
         holds,
         latch_ttl: inner.latch_ttl(),
@@ -730,11 +791,11 @@ async fn release_hold(
     let outcome = loop {
         attempt += 1;
         match raw::release(&inner.conn, &call).await {
-            // A full release writes no latch: the field is gone because the lost first
-            // send released it.
+            // A published full release writes no latch: the field is gone because the
+            // lost first send released it.
             Ok(Release::NotHeld) if call.retry => break Ok(Release::Released),
             Ok(r) => {
-                if r == Release::StillHeld {
+                if matches!(r, Release::StillHeld | Release::HandedOver { .. }) {
                     // The latch only matters to retries of this call, which are over.
                     inner.janitor.discard(latch);
                 }
@@ -754,24 +815,27 @@ async fn release_hold(
         let period = (sent.elapsed() * 2).min(Duration::from_millis(20));
         inner.handover.hold_back(&hold.name, period);
     }
-    // Taken only on a hand-over: any other outcome leaves the ticket to `Offered`'s drop,
-    // which frees the waiter.
-    let handed = match (&outcome, offer.ticket.take()) {
-        (Ok(Release::HandedOver { token }), Some(ticket)) => Some((*token, ticket)),
-        (_, ticket) => {
-            offer.ticket = ticket;
-            None
-        }
-    };
-    if let Some((token, ticket)) = handed {
-        if !ticket.deliver(Grant { token, sent }) {
-            release_detached(
-                inner.clone(),
-                Hold {
-                    field: ticket.field.clone(),
-                    ..hold.clone()
-                },
-            );
+    if let Some(mut o) = offer.take() {
+        match &outcome {
+            Ok(Release::HandedOver { token }) => {
+                o.settled = true;
+                if !o.ticket.deliver(Grant {
+                    token: *token,
+                    sent,
+                }) {
+                    // The waiter left meanwhile: the hold is ours to give back.
+                    release_detached(
+                        inner.clone(),
+                        Hold {
+                            field: o.ticket.field.clone(),
+                            ..hold.clone()
+                        },
+                    );
+                }
+            }
+            Ok(_) => o.withdraw(false),
+            // Maybe it ran: the waiter adopts what it may have been given.
+            Err(_) => o.withdraw(true),
         }
     }
     outcome

@@ -167,6 +167,11 @@ impl Watchdog {
         slot.holds += 1;
         slot.remote += 1;
         slot.entry.extend(until);
+        if slot.entry.valid_until() <= Instant::now() {
+            // The reply was taken up after the lease it granted had run out (a future
+            // left unpolled that long): the lock may be someone else's already.
+            slot.entry.lost.set();
+        }
         slot.entry.clone()
     }
 

@@ -272,6 +272,74 @@ async fn an_unlock_retried_after_a_late_reply_hands_over_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_future_left_unpolled_still_hands_over() {
+    let s = RedisServer::start();
+    let c = client(&s, 16).await;
+    let first = c.lock("ho-idle").lock().await.unwrap();
+    let waiter = parked_waiter(
+        &s,
+        &c,
+        "ho-idle",
+        |l| async move { l.lock().await.unwrap() },
+    )
+    .await;
+    // Polled once (the unlock is sent), then kept without being polled again.
+    let mut unlock = Box::pin(first.unlock());
+    assert!(futures_util::poll!(&mut unlock).is_pending());
+    let second = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter depends on the unlocker's future being polled")
+        .unwrap();
+    assert_eq!(s.cmd::<i64>(&["HGET", "ho-idle", second.holder_field()]), 1);
+    unlock.await.unwrap();
+    second.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-idle"]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_unlock_that_handed_over_leaves_one_hold() {
+    let s = RedisServer::start();
+    let proxy = Arc::new(Proxy::start(s.port).await);
+    let c = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let warm = c.lock("ho-fail-warm").lock().await.unwrap();
+    warm.unlock().await.unwrap();
+    let first = c.lock("ho-fail").lock().await.unwrap();
+    let waiter = parked_waiter(
+        &s,
+        &c,
+        "ho-fail",
+        |l| async move { l.lock().await.unwrap() },
+    )
+    .await;
+    // 400 ms each way: the first send runs (and hands over) but no reply comes back in
+    // time, for it or for its retries, so the unlock fails.
+    proxy.set_latency(Duration::from_millis(400));
+    let failed = first.unlock().await;
+    proxy.set_latency(Duration::ZERO);
+    assert!(
+        failed.is_err(),
+        "expected the unlock to time out: {failed:?}"
+    );
+    let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap();
+    // The waiter adopted the hold the hand-over wrote instead of re-entering it.
+    assert_eq!(s.cmd::<i64>(&["HLEN", "ho-fail"]), 1);
+    assert_eq!(s.cmd::<i64>(&["HGET", "ho-fail", second.holder_field()]), 1);
+    second.unlock().await.unwrap();
+    assert_eq!(
+        s.cmd::<i64>(&["EXISTS", "ho-fail"]),
+        0,
+        "a hold was left behind"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_clients_waiter_gets_a_turn_while_tasks_trade_the_lock() {
     let s = RedisServer::start();
     let busy = client(&s, 4).await;
