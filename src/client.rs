@@ -347,6 +347,13 @@ impl ClientInner {
     /// Whether releases may be handed to this client's waiters (see
     /// [`ClientBuilder::handover_limit`]). With replica sync a grant would need the
     /// acknowledgement an acquire gets; there every release is published.
+    /// How long an offered waiter waits for the unlock carrying its offer: every send
+    /// and reconnect that unlock may make, and a little more.
+    pub(crate) fn offer_bound(&self) -> Duration {
+        (self.config.response_timeout + self.config.connect_timeout) * 3
+            + Duration::from_millis(100)
+    }
+
     pub(crate) fn hands_over(&self) -> bool {
         self.config.handover_limit > 0 && matches!(self.conn.sync(), ReplicaSync::Off)
     }

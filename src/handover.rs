@@ -51,6 +51,9 @@ enum State {
     Unsure,
     /// The waiter left; a grant arriving now is the unlocker's to release.
     Gone,
+    /// The waiter stopped waiting for an offer that was not settled in time (see
+    /// [`Waiter::abandon_offer`]); a grant arriving now is left to expire by its lease.
+    Abandoned,
 }
 
 /// A hold written by the unlock script for a waiter.
@@ -77,10 +80,16 @@ impl Ticket {
     /// owns the hold and must release it.
     pub(crate) fn deliver(&self, grant: Grant) -> bool {
         let mut s = self.state.lock();
-        let delivered = *s == State::Offered;
-        if delivered {
-            *s = State::Granted(grant);
-        }
+        let delivered = match *s {
+            State::Offered => {
+                *s = State::Granted(grant);
+                true
+            }
+            // Too late to tell whether a release by field would hit this grant or a
+            // later hold of the same task: the grant runs out by its lease instead.
+            State::Abandoned => true,
+            _ => false,
+        };
         drop(s);
         self.changed.notify_one();
         delivered
@@ -345,7 +354,7 @@ impl Waiter {
                 *s = State::Free;
                 Woke::Unsure
             }
-            State::Free | State::Gone => Woke::Free,
+            State::Free | State::Gone | State::Abandoned => Woke::Free,
         }
     }
 
@@ -360,6 +369,30 @@ impl Waiter {
             }
             changed.await;
         }
+    }
+
+    /// Stops waiting for an offer that is not settled in time (its unlock's future is not
+    /// being polled, say), and goes on with a fresh ticket in its old place. A grant that
+    /// arrives later is neither taken nor released: it ends with its lease, so that a
+    /// release by field cannot hit a hold this task takes meanwhile. Says what happened
+    /// if the offer was settled after all.
+    pub(crate) fn abandon_offer(&mut self) -> Woke {
+        {
+            let mut s = self.ticket.state.lock();
+            if *s != State::Offered {
+                drop(s);
+                return self.unpark();
+            }
+            *s = State::Abandoned;
+        }
+        self.ticket = Arc::new(Ticket {
+            field: self.ticket.field.clone(),
+            lease: self.ticket.lease,
+            seq: self.ticket.seq,
+            state: Mutex::new(State::Free),
+            changed: Notify::new(),
+        });
+        Woke::Free
     }
 
     /// Leaves for good. Returns a grant that arrived and was never taken: the caller
@@ -495,6 +528,22 @@ mod tests {
         w.park(None);
         w.unpark();
         assert!(h.queues.lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_offer_is_left_to_its_lease() {
+        let h = hub(4);
+        let name: Arc<str> = "n".into();
+        let mut w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        w.park(None);
+        let t = to(h.offer("n"));
+        assert_eq!(w.abandon_offer(), Woke::Free);
+        assert!(t.deliver(grant(5)), "a late grant is left to its lease");
+        // The fresh ticket is offered again, in the same place.
+        w.park(None);
+        let t = to(h.offer("n"));
+        assert!(t.deliver(grant(6)));
+        assert!(matches!(w.abandon_offer(), Woke::Granted(g) if g.token == 6));
     }
 
     #[tokio::test]

@@ -1,11 +1,13 @@
 //! Deletes request latches once their request is settled, in batches.
 //!
-//! Every unlock writes a latch so that a retry of it can replay its outcome; once the
-//! call has its answer the latch is garbage. Deleting each one with its own command
-//! would add a command (and a task) to every unlock; instead one task per client drains
-//! a queue and sends one `DEL` for everything that piled up while the previous `DEL` was
-//! in flight. Under light load that is one key per command, under heavy load hundreds.
-//! A latch that is never deleted (client gone, Redis down) expires by its own TTL.
+//! Partial releases, hand-overs and some acquires write a latch so that a retry can
+//! replay their outcome; once the call has its answer the latch is garbage. Deleting each
+//! one with its own command would add a command (and a task wake-up) to every such call;
+//! instead one task per client gathers keys for [`GATHER`] after the first arrives, then
+//! sends one `DEL` for all of them: under heavy load, a few `DEL`s of hundreds of keys
+//! every 20 ms (gathering for 2 ms cost a quarter of the contended benchmark's grants per
+//! second: the waking task and its `DEL` land between the hand-overs). A latch that is
+//! never deleted (client gone, Redis down) expires by its own TTL.
 
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
@@ -13,7 +15,11 @@ use tokio::sync::mpsc;
 use crate::connection::Conn;
 
 /// Keys per `DEL` at most.
-const BATCH: usize = 256;
+const BATCH: usize = 512;
+
+/// How long keys pile up before a `DEL` is sent. Meanwhile the task sleeps, so queueing
+/// a key costs no wake-up.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 
 pub(crate) struct Janitor {
     queue: mpsc::UnboundedSender<String>,
@@ -34,6 +40,7 @@ impl Janitor {
 
 async fn run(conn: Conn, mut rx: mpsc::UnboundedReceiver<String>) {
     while let Some(first) = rx.recv().await {
+        tokio::time::sleep(GATHER).await;
         let mut keys = vec![first];
         while keys.len() < BATCH {
             match rx.try_recv() {

@@ -277,7 +277,7 @@ impl Lock {
             return Ok(None);
         };
         sub.ready(bound).await;
-        let queued = Queued {
+        let mut queued = Queued {
             waiter: self.inner().handover.waiter(
                 &self.name,
                 &field,
@@ -341,19 +341,19 @@ impl Lock {
             }
             let woke = match queued.waiter.unpark() {
                 Woke::Offered => {
-                    // The unlock's reply settles it, within the unlock's own timeouts:
-                    // it runs in a task of its own (see `release_hold`).
+                    // The unlock's reply settles it within the unlock's own timeouts, as
+                    // long as its future is polled; past those, this task stops waiting.
+                    let bound = self.inner().offer_bound();
                     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                    match left {
-                        None => queued.waiter.outcome().await,
-                        Some(left) => {
-                            match tokio::time::timeout(left, queued.waiter.outcome()).await {
-                                Ok(w) => w,
-                                // Dropping `queued` leaves the offer to the unlocker, which
-                                // releases the hold if it was granted.
-                                Err(_) => return Ok(None),
-                            }
-                        }
+                    let limit = left.map_or(bound, |l| l.min(bound));
+                    match tokio::time::timeout(limit, queued.waiter.outcome()).await {
+                        Ok(w) => w,
+                        // Dropping `queued` leaves the offer to the unlocker, which
+                        // releases the hold if it was granted.
+                        Err(_) if left.is_some_and(|l| l <= bound) => return Ok(None),
+                        // Only when the unlock's future is not being polled: this task
+                        // acquires on its own (see `Waiter::abandon_offer`).
+                        Err(_) => queued.waiter.abandon_offer(),
                     }
                 }
                 w => w,
@@ -739,23 +739,13 @@ async fn release_hold(
     };
     match plan {
         Offer::To(ticket) => {
-            // The waiter sends nothing until this settles, so it must settle even if our
-            // caller stops polling: it runs in a task of its own.
             let offer = Offered {
                 ticket,
                 inner: inner.clone(),
                 name: hold.name.clone(),
                 settled: false,
             };
-            let (inner, hold) = (inner.clone(), hold.clone());
-            let task = inner.runtime.clone().spawn(async move {
-                send_release(&inner, &hold, keep, holds, Some(offer), false).await
-            });
-            task.await.unwrap_or_else(|e| {
-                Err(Error::Redis(redis::RedisError::from(
-                    std::io::Error::other(format!("the unlock task did not finish: {e}")),
-                )))
-            })
+            send_release(inner, hold, keep, holds, Some(offer), false).await
         }
         Offer::EndStreak => send_release(inner, hold, keep, holds, None, true).await,
         Offer::Publish => send_release(inner, hold, keep, holds, None, false).await,
