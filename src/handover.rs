@@ -17,7 +17,9 @@
 //! A ticket is settled exactly once, under its own mutex, by whichever side comes second:
 //! the unlock delivering a grant, or the waiter leaving (cancelled or out of time). A grant
 //! that finds its waiter gone is released by the unlocking side; a grant that arrived but
-//! was never taken is released by the leaving waiter. So no hold is left behind.
+//! was never taken is released by the leaving waiter. The one hold left to run out by its
+//! lease is a grant whose waiter stopped waiting for it because the unlock's future was
+//! not polled for longer than the unlock's own timeouts ([`Waiter::abandon_offer`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
