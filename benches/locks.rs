@@ -894,8 +894,8 @@ client and (in W3) a second client process share the cores; compare rows of one 
   calls per pair as the raw loop (futex, epoll_wait, writev, recvfrom within 3%). What is
   left is server time for 5 commands more than the trivial scripts, the fencing counter's
   `INCR` among them, and client work between the two round trips (guard, watchdog
-  registry, building the calls). Runs on this machine give 0.79-0.98x; the table's run
-  met the target, not every run does.
+  registry, building the calls). Runs on this machine give 0.79-0.98x, so some meet
+  the target and some do not; the row above is one run.
 - **W2 (throughput), missed.** With 64 tasks both phases keep redis-server near one core
   and the client on the other. Redis spends about 2x more CPU per lock+unlock pair than
   per raw pair of 1-command scripts (7 commands against 2); Redisson's own scripts run 7
@@ -913,14 +913,17 @@ client and (in W3) a second client process share the cores; compare rows of one 
   hand-over in runs of 16 grants 11,300-11,700, 1.27-1.42 RTT, 1.03-1.26; new waiters
   queue behind sleeping ones 17,950-18,440, 0.56-0.81 RTT, 1.10-1.12; runs of 64 grants
   or 5 ms 20,800-23,300, 0.26-0.29 RTT, 1.07-1.17, against rslock's 22,500-24,600 in the
-  same runs; runs of 5 ms or 256 grants 28,700-28,800, 0.25-0.28 RTT, 1.13-1.14, against
-  rslock's 23,100-23,400 (fairness 3.5-9.5: its waiters poll, and the task that just
-  released takes the lock again at once). Every run end costs a published release and a
-  race between the processes, so longer runs pay it less often; 5 ms is also how long,
-  at most, a waiter of another client (one using Redisson, say) waits behind a run. Of our
-  hand-offs 62% take under 30 µs and 32% 30-100 µs (a worker thread woken from sleep on
-  the way); during the run the machine is about a third idle, with the client processes'
-  time mostly in the kernel's wake-up path: what is left is latency, not CPU.
+  same runs; runs of 5 ms or 256 grants 28,700-28,800, against rslock's 23,100-23,400.
+  Making hand-overs safe against lost replies costs one latch `SET` per grant (its `DEL`
+  goes in batches gathered over 20 ms): 26,500-27,100 against rslock's 23,700-24,100,
+  fairness 1.08-1.11 against rslock's 2.9-4.5 (its waiters poll, and the task that just
+  released takes the lock again at once). Two ways of settling offers cost far more and
+  were dropped: a task spawned per hand-over (so that an unlock future left unpolled
+  cannot hold its waiter) halved the grants per second, and deleting latches every 2 ms
+  took a quarter. Of the hand-offs 62% take under 30 µs and 32% 30-100 µs (a worker
+  thread woken from sleep on the way); during the run the machine is about a third idle,
+  with the client processes' time mostly in the kernel's wake-up path: what is left is
+  latency, not CPU.
 - **W4.** One script call renews 100 locks; 10,000 locks cost 100 calls per period.
 - **W5.** Live heap per waiter is counted by a counting allocator in the benchmark binary
   (the task, its future, its share of the channel entry and its hand-over ticket). RSS is
