@@ -45,6 +45,26 @@ where
     waiter
 }
 
+/// A client behind a latency proxy (300 ms response timeout) holding `name`, and a task of
+/// it asleep waiting for `name`. The unlock script is loaded first, so that a delayed
+/// unlock runs at its first send (after a NOSCRIPT reply that send would do nothing).
+async fn holder_and_waiter_behind_a_proxy(
+    s: &RedisServer,
+    name: &str,
+) -> (Arc<Proxy>, LockGuard, tokio::task::JoinHandle<LockGuard>) {
+    let proxy = Arc::new(Proxy::start(s.port).await);
+    let c = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let warm = c.lock(format!("{name}-warm")).lock().await.unwrap();
+    warm.unlock().await.unwrap();
+    let first = c.lock(name).lock().await.unwrap();
+    let waiter = parked_waiter(s, &c, name, |l| async move { l.lock().await.unwrap() }).await;
+    (proxy, first, waiter)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unlock_hands_the_lock_to_a_waiting_task_without_publishing() {
     let s = RedisServer::start();
@@ -216,30 +236,9 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unlock_retried_after_a_late_reply_hands_over_once() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("redis_rlock=debug")
-        .with_test_writer()
-        .try_init();
     let s = RedisServer::start();
-    let proxy = Arc::new(Proxy::start(s.port).await);
-    let c = Client::builder(&proxy.url())
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
-    // Loads the unlock script, so that the delayed unlock below runs at its first send
-    // (after a NOSCRIPT reply the first send would have done nothing).
-    let warm = c.lock("ho-late-warm").lock().await.unwrap();
-    warm.unlock().await.unwrap();
+    let (proxy, first, waiter) = holder_and_waiter_behind_a_proxy(&s, "ho-late").await;
     let published = s.calls("publish");
-    let first = c.lock("ho-late").lock().await.unwrap();
-    let waiter = parked_waiter(
-        &s,
-        &c,
-        "ho-late",
-        |l| async move { l.lock().await.unwrap() },
-    )
-    .await;
     // 250 ms each way: the unlock runs in Redis but its reply misses the 300 ms response
     // timeout. The delay is gone before the retry is sent; the retry must find the
     // hand-over the first send made (`lua/unlock.lua`), not report "not held".
@@ -314,22 +313,7 @@ async fn a_waiter_stops_waiting_on_an_unlock_left_unpolled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_unlock_that_handed_over_leaves_one_hold() {
     let s = RedisServer::start();
-    let proxy = Arc::new(Proxy::start(s.port).await);
-    let c = Client::builder(&proxy.url())
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
-    let warm = c.lock("ho-fail-warm").lock().await.unwrap();
-    warm.unlock().await.unwrap();
-    let first = c.lock("ho-fail").lock().await.unwrap();
-    let waiter = parked_waiter(
-        &s,
-        &c,
-        "ho-fail",
-        |l| async move { l.lock().await.unwrap() },
-    )
-    .await;
+    let (proxy, first, waiter) = holder_and_waiter_behind_a_proxy(&s, "ho-fail").await;
     // 400 ms each way: the first send runs (and hands over) but no reply comes back in
     // time, for it or for its retries, so the unlock fails.
     proxy.set_latency(Duration::from_millis(400));
