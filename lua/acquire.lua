@@ -17,8 +17,13 @@ if ARGV[5] == '1' then
     if granted then
         return {1, tonumber(granted), 1}
     end
-    -- The client held nothing, and now it does: the first send ran and granted.
+    -- The client held nothing, and now it does: the first send ran and granted (or a
+    -- hand-over whose reply was lost did). The lease is counted from now, as the client
+    -- counts it from this send.
     if ARGV[4] == '1' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+            redis.call('pexpire', KEYS[1], ARGV[1])
+        end
         return {1, tonumber(redis.call('get', KEYS[2])), 0}
     end
 end

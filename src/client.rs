@@ -304,6 +304,7 @@ impl ClientBuilder {
                 janitor,
                 fixed: Default::default(),
                 handover,
+                inflight: Default::default(),
                 runtime,
             }),
         })
@@ -340,6 +341,7 @@ pub(crate) struct ClientInner {
     pub(crate) janitor: Janitor,
     pub(crate) fixed: crate::lock::FixedHolds,
     pub(crate) handover: Arc<crate::handover::Handover>,
+    pub(crate) inflight: Arc<crate::inflight::InFlight>,
     pub(crate) runtime: Handle,
 }
 
@@ -347,8 +349,9 @@ impl ClientInner {
     /// Whether releases may be handed to this client's waiters (see
     /// [`ClientBuilder::handover_limit`]). With replica sync a grant would need the
     /// acknowledgement an acquire gets; there every release is published.
-    /// How long an offered waiter waits for the unlock carrying its offer: every send
-    /// and reconnect that unlock may make, and a little more.
+    /// How long one acquire or unlock may take, retries and reconnects included, and a
+    /// little more: how long an offered waiter waits for the unlock carrying its offer,
+    /// and a request waits for earlier ones of the same holder field.
     pub(crate) fn offer_bound(&self) -> Duration {
         (self.config.response_timeout + self.config.connect_timeout) * 3
             + Duration::from_millis(100)

@@ -39,8 +39,13 @@ impl Janitor {
 }
 
 async fn run(conn: Conn, mut rx: mpsc::UnboundedReceiver<String>) {
+    let mut behind = false;
     while let Some(first) = rx.recv().await {
-        tokio::time::sleep(GATHER).await;
+        // After a full batch more are waiting already: no pause then, so deletion keeps
+        // up with any rate.
+        if !behind {
+            tokio::time::sleep(GATHER).await;
+        }
         let mut keys = vec![first];
         while keys.len() < BATCH {
             match rx.try_recv() {
@@ -48,6 +53,7 @@ async fn run(conn: Conn, mut rx: mpsc::UnboundedReceiver<String>) {
                 Err(_) => break,
             }
         }
+        behind = keys.len() == BATCH;
         // On a cluster one DEL may only name keys of one slot.
         for group in conn.group_by_slot(keys, |k| k.as_bytes()) {
             if let Err(e) = conn.query(redis::cmd("DEL").arg(&group)).await {

@@ -352,8 +352,12 @@ impl Lock {
                         // releases the hold if it was granted.
                         Err(_) if left.is_some_and(|l| l <= bound) => return Ok(None),
                         // Only when the unlock's future is not being polled: this task
-                        // acquires on its own (see `Waiter::abandon_offer`).
-                        Err(_) => queued.waiter.abandon_offer(),
+                        // acquires on its own (see `Waiter::abandon_offer`), adopting
+                        // the grant if it is there by now.
+                        Err(_) => match queued.waiter.abandon_offer() {
+                            Woke::Free => Woke::Unsure,
+                            w => w,
+                        },
                     }
                 }
                 w => w,
@@ -413,6 +417,12 @@ impl Lock {
         adopt: bool,
     ) -> Result<Result<LockGuard, Option<Duration>>> {
         let inner = self.inner().clone();
+        // What the client knows of this field's holds is only settled once its earlier
+        // requests are (see `InFlight`).
+        inner
+            .inflight
+            .settled(&self.name, field, inner.offer_bound())
+            .await;
         let hold = self.hold(field);
         let registered = match lease {
             None => match inner.watchdog.reenter(&self.name, field) {
@@ -433,9 +443,11 @@ impl Lock {
         let effective = lease.unwrap_or(inner.config.watchdog_timeout);
         let fresh = !registered && !inner.fixed.holds(&self.name, field);
         let sent = Instant::now();
+        let in_flight = inner.inflight.begin(&self.name, field);
         let request = {
             let (inner, hold) = (inner.clone(), hold.clone());
             async move {
+                let _in_flight = in_flight;
                 let latch = raw::acquire_latch_key(&hold.name, &raw::request_id());
                 let mut call = raw::AcquireCall {
                     name: &hold.name,
@@ -727,6 +739,7 @@ async fn release_hold(
     keep: Option<Duration>,
     holds: u32,
 ) -> Result<Release> {
+    let _in_flight = inner.inflight.begin(&hold.name, &hold.field);
     // Holds this client still counts for the field make this release partial: offering
     // the lock with it would only wake a waiter for nothing.
     let last = keep.is_none()

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::proxy::Proxy;
 use common::{eventually, tell_parent, ChildProc, RedisServer, CHILD_ENV};
 use redis_rlock::{Client, Error};
 
@@ -949,4 +950,49 @@ async fn edge_inputs_a_one_mib_name_and_a_one_ms_lease() {
     assert!(matches!(g.unlock().await, Err(Error::NotHeld { .. })));
     let keys: Vec<String> = s.cmd(&["KEYS", "n*"]);
     assert!(keys.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_while_a_dropped_guards_release_retries_is_kept() {
+    // A release retried after a lost reply recognises its first send by the field
+    // alone. The same task must not take the lock again in between, or the retry would
+    // release that new hold.
+    let s = RedisServer::start();
+    let proxy = Arc::new(Proxy::start(s.port).await);
+    let c = Client::builder(&proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let lock = c.lock("ho-inflight");
+    let warm = lock.lock().await.unwrap();
+    warm.unlock().await.unwrap();
+    let g = lock.lock().await.unwrap();
+    let field = g.holder_field().to_string();
+    // The release runs at 250 ms; its reply would come at 500 ms, after the 300 ms
+    // timeout, so it is sent again at about 320 ms, with the delay gone by then.
+    proxy.set_latency(Duration::from_millis(250));
+    let lift = {
+        let proxy = proxy.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(280)).await;
+            proxy.set_latency(Duration::ZERO);
+        })
+    };
+    drop(g);
+    // Between the release's first run and its retry.
+    tokio::time::sleep(Duration::from_millis(260)).await;
+    let again = tokio::time::timeout(Duration::from_secs(10), lock.lock())
+        .await
+        .expect("lock() never returned")
+        .unwrap();
+    lift.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        s.cmd::<Option<i64>>(&["HGET", "ho-inflight", &field]),
+        Some(1),
+        "the retried release took the new hold away"
+    );
+    again.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-inflight"]), 0);
 }
