@@ -456,7 +456,11 @@ mod tests {
         );
         assert_eq!(&*to(h.offer("n")).field, "f2");
         assert!(matches!(h.offer("n"), Offer::Publish), "nobody left");
-        assert_eq!(h.queues.lock()["n"].streak, 1, "a run still counting is kept");
+        assert_eq!(
+            h.queues.lock()["n"].streak,
+            1,
+            "a run still counting is kept"
+        );
         assert!(matches!(h.offer("other"), Offer::Publish));
     }
 

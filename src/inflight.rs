@@ -115,6 +115,13 @@ impl InFlight {
         }
     }
 
+    /// Whether a request of `(name, field)` is in flight.
+    pub(crate) fn busy(&self, name: &Arc<str>, field: &Arc<str>) -> bool {
+        self.fields
+            .lock()
+            .contains_key(&(name.clone(), field.clone()))
+    }
+
     /// Waits until no request of `(name, field)` is in flight, at most `limit`: a request
     /// whose future is kept but no longer polled must not stall the field for good.
     pub(crate) async fn settled(&self, name: &Arc<str>, field: &Arc<str>, limit: Duration) {

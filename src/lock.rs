@@ -419,10 +419,15 @@ impl Lock {
         let inner = self.inner().clone();
         // What the client knows of this field's holds is only settled once its earlier
         // requests are (see `InFlight`).
-        inner
-            .inflight
-            .settled(&self.name, field, inner.offer_bound())
+        if inner.inflight.busy(&self.name, field) {
+            // Boxed: rarely taken, and every waiting task carries this future.
+            Box::pin(
+                inner
+                    .inflight
+                    .settled(&self.name, field, inner.offer_bound()),
+            )
             .await;
+        }
         let hold = self.hold(field);
         let registered = match lease {
             None => match inner.watchdog.reenter(&self.name, field) {
