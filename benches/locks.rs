@@ -894,7 +894,7 @@ client and (in W3) a second client process share the cores; compare rows of one 
   calls per pair as the raw loop (futex, epoll_wait, writev, recvfrom within 3%). What is
   left is server time for 5 commands more than the trivial scripts, the fencing counter's
   `INCR` among them, and client work between the two round trips (guard, watchdog
-  registry, building the calls). Runs on this machine give 0.79-0.98x, so some meet
+  registry, building the calls). Runs on this machine give 0.78-0.98x, so some meet
   the target and some do not; the row above is one run.
 - **W2 (throughput), missed.** With 64 tasks both phases keep redis-server near one core
   and the client on the other. Redis spends about 2x more CPU per lock+unlock pair than
