@@ -242,14 +242,7 @@ async fn an_unlock_retried_after_a_late_reply_hands_over_once() {
     // 250 ms each way: the unlock runs in Redis but its reply misses the 300 ms response
     // timeout. The delay is gone before the retry is sent; the retry must find the
     // hand-over the first send made (`lua/unlock.lua`), not report "not held".
-    proxy.set_latency(Duration::from_millis(250));
-    let lift = {
-        let proxy = proxy.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(280)).await;
-            proxy.set_latency(Duration::ZERO);
-        })
-    };
+    let lift = proxy.delay_for(Duration::from_millis(250), Duration::from_millis(280));
     first
         .unlock()
         .await

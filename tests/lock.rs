@@ -971,14 +971,7 @@ async fn a_lock_taken_while_a_dropped_guards_release_retries_is_kept() {
     let field = g.holder_field().to_string();
     // The release runs at 250 ms; its reply would come at 500 ms, after the 300 ms
     // timeout, so it is sent again at about 320 ms, with the delay gone by then.
-    proxy.set_latency(Duration::from_millis(250));
-    let lift = {
-        let proxy = proxy.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(280)).await;
-            proxy.set_latency(Duration::ZERO);
-        })
-    };
+    let lift = proxy.delay_for(Duration::from_millis(250), Duration::from_millis(280));
     drop(g);
     // Between the release's first run and its retry.
     tokio::time::sleep(Duration::from_millis(260)).await;

@@ -68,6 +68,21 @@ impl Proxy {
             .store(d.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// Adds `latency` now and takes it away after `lift_after`; the handle finishes once
+    /// it is gone. For a request whose reply must come too late while its retry does not.
+    pub fn delay_for(
+        self: &Arc<Self>,
+        latency: Duration,
+        lift_after: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        self.set_latency(latency);
+        let proxy = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(lift_after).await;
+            proxy.set_latency(Duration::ZERO);
+        })
+    }
+
     /// While on, bytes are held back (connections stay open but silent).
     pub fn set_blackhole(&self, on: bool) {
         self.faults.blackhole.store(on, Ordering::SeqCst);
