@@ -27,6 +27,9 @@ type Orphan<T> = Box<dyn FnOnce(T) -> BoxFuture<'static, ()> + Send>;
 pub(crate) struct Completing<T: Send + 'static> {
     fut: Option<BoxFuture<'static, T>>,
     started: bool,
+    /// Set while the inner future is being polled: if `drop` sees it, the poll panicked,
+    /// and a future that panicked once is never polled again.
+    in_poll: bool,
     orphan: Option<Orphan<T>>,
     runtime: Handle,
 }
@@ -42,6 +45,7 @@ impl<T: Send + 'static> Completing<T> {
         Completing {
             fut: Some(Box::pin(fut)),
             started: false,
+            in_poll: false,
             orphan: Some(Box::new(move |v| Box::pin(orphan(v)))),
             runtime,
         }
@@ -57,8 +61,11 @@ impl<T: Send + 'static> Future for Completing<T> {
         let fut = this
             .fut
             .as_mut()
-            .expect("Completing polled after it returned");
-        match fut.as_mut().poll(cx) {
+            .expect("Completing polled after it returned (a bug of this crate)");
+        this.in_poll = true;
+        let polled = fut.as_mut().poll(cx);
+        this.in_poll = false;
+        match polled {
             Poll::Ready(v) => {
                 this.fut = None;
                 this.orphan = None;
@@ -72,7 +79,7 @@ impl<T: Send + 'static> Future for Completing<T> {
 impl<T: Send + 'static> Drop for Completing<T> {
     fn drop(&mut self) {
         // A request never polled was never sent: there is nothing to finish.
-        if !self.started {
+        if !self.started || self.in_poll {
             return;
         }
         if let (Some(fut), Some(orphan)) = (self.fut.take(), self.orphan.take()) {
@@ -160,6 +167,30 @@ impl Drop for InFlightGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn a_future_that_panicked_is_not_finished_in_the_background() {
+        use futures_util::FutureExt;
+        let polls = Arc::new(AtomicUsize::new(0));
+        struct Panicky(Arc<AtomicUsize>);
+        impl Future for Panicky {
+            type Output = ();
+            fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+                self.0.fetch_add(1, Ordering::SeqCst);
+                panic!("poll panics");
+            }
+        }
+        let fut = Panicky(polls.clone());
+        let completing = Completing::new(Handle::current(), fut, |_: ()| async {});
+        let caught = std::panic::AssertUnwindSafe(completing).catch_unwind().await;
+        assert!(caught.is_err());
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(polls.load(Ordering::SeqCst), 1, "polled again after a panic");
+    }
 
     #[tokio::test]
     async fn a_field_is_settled_when_its_last_request_ends() {
