@@ -14,12 +14,17 @@
 -- when someone else holds it; the PTTL bounds how long a waiter sleeps.
 if ARGV[5] == '1' then
     local granted = redis.call('get', KEYS[3])
-    if granted then
+    -- The first send granted, and the hold is still there: the lease is counted from
+    -- now, as the client counts it from this send. A hold gone since (expired) is not
+    -- granted twice from the latch: the request then asks afresh, below.
+    if granted and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+            redis.call('pexpire', KEYS[1], ARGV[1])
+        end
         return {1, tonumber(granted), 1}
     end
     -- The client held nothing, and now it does: the first send ran and granted (or a
-    -- hand-over whose reply was lost did). The lease is counted from now, as the client
-    -- counts it from this send.
+    -- hand-over whose reply was lost did). The lease is counted from now, as above.
     if ARGV[4] == '1' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
             redis.call('pexpire', KEYS[1], ARGV[1])
@@ -30,9 +35,12 @@ end
 local fresh = redis.call('exists', KEYS[1]) == 0
 if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     -- First, because it is the only call here that can fail on a well-formed lock (a
-    -- counter key of the wrong type): a script is not rolled back, so nothing may be
-    -- written before it.
-    local token = redis.call('incr', KEYS[2])
+    -- counter of the wrong type, not a number, or not positive after INCR): a script is
+    -- not rolled back, so nothing may be written before it is known good.
+    local token = redis.pcall('incr', KEYS[2])
+    if type(token) ~= 'number' or token < 1 then
+        return redis.error_reply('BADTOKEN ' .. KEYS[2])
+    end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     -- A re-entry never shortens a lease the holder already has: an inner
     -- short-lease hold must not cut off an outer watchdog hold.

@@ -5,8 +5,12 @@
 -- ARGV[2]  'publish', or 'spublish' on a cluster with sharded pub/sub
 -- Returns 1 when a lock was deleted, 0 when there was none.
 if redis.call('exists', KEYS[1]) == 1 then
-    -- PUBLISH first: if ACL refuses it, nothing has been deleted.
-    redis.call(ARGV[2], KEYS[2], ARGV[1])
+    -- PUBLISH first: if ACL refuses it, nothing has been deleted. Servers word that
+    -- refusal differently and Redis 7.0 gives it no code of its own, so it is given one.
+    local sent = redis.pcall(ARGV[2], KEYS[2], ARGV[1])
+    if type(sent) == 'table' and sent.err then
+        return redis.error_reply('NOPERM publish refused: ' .. sent.err)
+    end
     redis.call('del', KEYS[1])
     return 1
 end

@@ -41,19 +41,26 @@ if count > n then
     return 0
 end
 if ARGV[8] ~= '' then
-    -- INCR first: it is the one call that can fail (a counter of the wrong type), and a
-    -- script is not rolled back.
-    local token = redis.call('incr', KEYS[4])
-    redis.call('del', KEYS[1])
-    redis.call('hset', KEYS[1], ARGV[8], 1)
-    redis.call('pexpire', KEYS[1], ARGV[9])
-    -- Only this latch tells a retry that the hand-over happened: the next holder's field
-    -- could also have been written by an acquire of its own that was still in flight.
-    redis.call('set', KEYS[3], token, 'px', ARGV[4])
-    return {2, token}
+    -- INCR first: it is the one call that can fail (see acquire.lua), and a script is
+    -- not rolled back. A counter that cannot fence the next holder makes this a
+    -- published release instead; the waiter's own acquire then reports the counter.
+    local token = redis.pcall('incr', KEYS[4])
+    if type(token) == 'number' and token >= 1 then
+        redis.call('del', KEYS[1])
+        redis.call('hset', KEYS[1], ARGV[8], 1)
+        redis.call('pexpire', KEYS[1], ARGV[9])
+        -- Only this latch tells a retry that the hand-over happened: the next holder's
+        -- field could also have been written by an acquire of its own still in flight.
+        redis.call('set', KEYS[3], token, 'px', ARGV[4])
+        return {2, token}
+    end
 end
 -- PUBLISH before any write: a publish refused by ACL then leaves the lock as it was,
--- instead of a lock released that no waiter hears of.
-redis.call(ARGV[5], KEYS[2], ARGV[1])
+-- instead of a lock released that no waiter hears of. The refusal is given the NOPERM
+-- code: servers word it differently, and Redis 7.0 reports it as a plain ERR.
+local sent = redis.pcall(ARGV[5], KEYS[2], ARGV[1])
+if type(sent) == 'table' and sent.err then
+    return redis.error_reply('NOPERM publish refused: ' .. sent.err)
+end
 redis.call('del', KEYS[1])
 return 1

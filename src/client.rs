@@ -239,9 +239,17 @@ impl ClientBuilder {
 
     /// Checks the settings, connects, and starts the client's watchdog.
     ///
-    /// Must be called inside a tokio runtime (with the time driver enabled). Fails with
-    /// [`Error::Unavailable`] or [`Error::Timeout`] when Redis cannot be reached within
-    /// the connect timeout.
+    /// Must be called inside a tokio runtime (with the time driver enabled). Sends one
+    /// `PING` to check that Redis accepts this client.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidConfig`], [`Error::DurationOutOfRange`]: a setting or URL is
+    ///   unusable, or there is no tokio runtime.
+    /// - [`Error::AuthFailed`]: Redis refused the credentials (none given where a
+    ///   password is required, a wrong user or password).
+    /// - [`Error::Unavailable`] or [`Error::Timeout`]: Redis cannot be reached within
+    ///   the connect timeout.
     pub async fn build(self) -> Result<Client> {
         let config = self.config;
         check_duration("watchdog timeout", config.watchdog_timeout)?;
@@ -286,6 +294,16 @@ impl ClientBuilder {
             Error::InvalidConfig("Client::build must run inside a tokio runtime".into())
         })?;
         let conn = Conn::connect(&self.deployment, &config, &runtime).await?;
+        // A connection may open and still have every command refused (no password where
+        // one is required): ask once, so that it shows here, typed, not at the first lock.
+        // A user whose ACL lacks PING is authenticated all the same.
+        match conn.query(&redis::cmd("PING")).await {
+            Ok(_) => {}
+            Err(e) => match Error::from_redis(e, "", config.response_timeout) {
+                Error::PermissionDenied { .. } => {}
+                e => return Err(e),
+            },
+        }
         let id = Uuid::new_v4().to_string();
         let watchdog = Watchdog::start(conn.clone(), &config, &runtime);
         let pubsub = PubSubHub::start(&self.deployment, &conn, &config, &runtime).await?;
@@ -305,7 +323,6 @@ impl ClientBuilder {
                 fixed: Default::default(),
                 handover,
                 inflight: Default::default(),
-                runtime,
             }),
         })
     }
@@ -342,7 +359,6 @@ pub(crate) struct ClientInner {
     pub(crate) fixed: crate::lock::FixedHolds,
     pub(crate) handover: Arc<crate::handover::Handover>,
     pub(crate) inflight: Arc<crate::inflight::InFlight>,
-    pub(crate) runtime: Handle,
 }
 
 impl ClientInner {
@@ -355,6 +371,11 @@ impl ClientInner {
     pub(crate) fn offer_bound(&self) -> Duration {
         (self.config.response_timeout + self.config.connect_timeout) * 3
             + Duration::from_millis(100)
+    }
+
+    /// The runtime for this client's background work (see [`Watchdog::home`]).
+    pub(crate) fn runtime(&self) -> Handle {
+        self.watchdog.home()
     }
 
     pub(crate) fn hands_over(&self) -> bool {

@@ -98,6 +98,26 @@ pub enum Error {
         message: String,
     },
 
+    /// Redis refused this client's credentials: no password where one is required
+    /// (`NOAUTH`), a wrong user or password (`WRONGPASS`), or a disabled user. Not
+    /// transient: retrying with the same settings fails the same way.
+    #[error("Redis refused authentication: {message}")]
+    AuthFailed {
+        /// Redis's (or the driver's) own message.
+        message: String,
+    },
+
+    /// The fencing token counter of a lock holds something that is not a
+    /// non-negative integer (or is not a string at all), so no token can be issued.
+    /// Nothing was changed: the lock was not taken. Fix or delete the counter; deleting
+    /// it restarts tokens from 1, which a fenced resource will refuse until they pass
+    /// the highest it has seen.
+    #[error("fencing token counter `{key}` is corrupt (not a non-negative integer); the lock was not taken")]
+    BadTokenCounter {
+        /// The counter's key, `redisson_lock_token:{<name>}`.
+        key: String,
+    },
+
     /// Redis did not answer in time.
     #[error("Redis did not answer within {after:?} ({op})")]
     Timeout {
@@ -123,19 +143,36 @@ impl Error {
     /// Classifies a driver error. `key` names the lock the command touched, so that a
     /// WRONGTYPE reply can say which key is wrong.
     pub(crate) fn from_redis(err: redis::RedisError, key: &str, timeout: Duration) -> Error {
-        let code = err.code().unwrap_or("");
-        let text = err.to_string();
-        if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
-            return Error::WrongType {
-                key: key.to_string(),
-            };
+        // By the server's error code or the driver's kind, never by the message's words:
+        // those differ between servers and versions. Our scripts give the failures they
+        // can meet a code of their own (`NOPERM` for a refused publish, `BADTOKEN`).
+        match err.code() {
+            Some("WRONGTYPE") => {
+                return Error::WrongType {
+                    key: key.to_string(),
+                }
+            }
+            Some("NOPERM") => {
+                return Error::PermissionDenied {
+                    message: err.to_string(),
+                }
+            }
+            Some("NOAUTH" | "WRONGPASS") => {
+                return Error::AuthFailed {
+                    message: err.to_string(),
+                }
+            }
+            Some("BADTOKEN") => {
+                return Error::BadTokenCounter {
+                    key: err.detail().unwrap_or_default().to_string(),
+                }
+            }
+            _ => {}
         }
-        // Scripts report ACL refusals with an ERR prefix, top-level commands with NOPERM.
-        if code == "NOPERM"
-            || text.contains("NOPERM")
-            || text.contains("The user executing the script can't")
-        {
-            return Error::PermissionDenied { message: text };
+        if err.kind() == redis::ErrorKind::AuthenticationFailed {
+            return Error::AuthFailed {
+                message: err.to_string(),
+            };
         }
         if err.is_timeout() {
             return Error::Timeout {

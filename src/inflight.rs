@@ -183,13 +183,19 @@ mod tests {
         }
         let fut = Panicky(polls.clone());
         let completing = Completing::new(Handle::current(), fut, |_: ()| async {});
-        let caught = std::panic::AssertUnwindSafe(completing).catch_unwind().await;
+        let caught = std::panic::AssertUnwindSafe(completing)
+            .catch_unwind()
+            .await;
         assert!(caught.is_err());
         for _ in 0..20 {
             tokio::task::yield_now().await;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(polls.load(Ordering::SeqCst), 1, "polled again after a panic");
+        assert_eq!(
+            polls.load(Ordering::SeqCst),
+            1,
+            "polled again after a panic"
+        );
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@ use crate::client::{Client, ClientInner, ReplicaSync, SyncFailure};
 use crate::error::{Error, Result};
 use crate::handover::{Grant, Offer, Ticket, Waiter, Woke};
 use crate::identity::{holder_field, OwnerId};
-use crate::inflight::Completing;
+use crate::inflight::{Completing, InFlightGuard};
 use crate::raw::{self, Attempt, Release, ReleaseCall};
 use crate::watchdog::{Released, SlotKey, WatchEntry};
 
@@ -169,17 +169,13 @@ impl Lock {
     ///
     /// Waits without limit; use [`try_lock_for`](Self::try_lock_for) to bound the wait.
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.acquire(None, Wait::Until(None))
-            .await?
-            .ok_or_else(unreachable_none)
+        self.acquire_unbounded(None).await
     }
 
     /// Waits until the lock is taken, with a fixed lease and no watchdog: the lock
     /// expires `lease` after it was taken unless released before.
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(Some(lease), Wait::Until(None))
-            .await?
-            .ok_or_else(unreachable_none)
+        self.acquire_unbounded(Some(lease)).await
     }
 
     /// One attempt, no waiting. `Ok(None)` when someone else holds the lock. The lock is
@@ -208,6 +204,16 @@ impl Lock {
             },
         )
         .await
+    }
+
+    async fn acquire_unbounded(&self, lease: Option<Duration>) -> Result<LockGuard> {
+        // A wait without a deadline only ends with the lock or an error; the loop states
+        // that without an internal error nobody could act on.
+        loop {
+            if let Some(guard) = self.acquire(lease, Wait::Until(None)).await? {
+                return Ok(guard);
+            }
+        }
     }
 
     async fn acquire(&self, lease: Option<Duration>, wait: Wait) -> Result<Option<LockGuard>> {
@@ -259,9 +265,27 @@ impl Lock {
         }
         let mut ttl = match behind {
             Some(left) => Some(left),
-            None => match self.attempt(owner, &field, lease, false).await? {
-                Ok(guard) => return Ok(Some(guard)),
-                Err(ttl) => ttl,
+            None => match self
+                .attempt_within(owner, &field, lease, false, wait)
+                .await?
+            {
+                Some(Tried::Held(guard)) => return Ok(Some(guard)),
+                Some(Tried::Busy(ttl)) => ttl,
+                Some(Tried::Late(took)) if matches!(wait, Wait::No) => {
+                    return Err(Error::Timeout {
+                        op: "try_lock (granted after its lease ran out)",
+                        after: took,
+                    })
+                }
+                // Given back already; try again as soon as the holder's lease allows.
+                Some(Tried::Late(_)) => Some(Duration::ZERO),
+                None if matches!(wait, Wait::No) => {
+                    return Err(Error::Timeout {
+                        op: "try_lock",
+                        after: self.inner().config.response_timeout,
+                    })
+                }
+                None => return Ok(None),
             },
         };
         let deadline = match wait {
@@ -270,7 +294,7 @@ impl Lock {
         };
         tracing::debug!(?ttl, "lock busy; waiting");
         let started = Instant::now();
-        let mut sub = self.inner().pubsub.subscribe(&self.channel);
+        let mut sub = self.inner().pubsub.subscribe(&self.channel, &self.name);
         // The unlock may have happened between the first attempt and the subscription;
         // the attempt right after the SUBSCRIBE is confirmed covers that window.
         let Some(bound) = self.bound(ttl, deadline) else {
@@ -297,17 +321,27 @@ impl Lock {
             let tried = if std::mem::take(&mut skip_attempt) {
                 None
             } else {
-                Some(self.attempt(owner, &field, lease, adopt).await)
+                Some(self.attempt_within(owner, &field, lease, adopt, wait).await)
             };
             match tried {
                 None => {}
-                Some(Ok(Ok(guard))) => {
+                Some(Ok(None)) => {
+                    tracing::debug!(waited = ?started.elapsed(), "wait ran out during an attempt");
+                    return Ok(None);
+                }
+                Some(Ok(Some(Tried::Held(guard)))) => {
                     sub.wake_used();
                     // `adopt` is over once an attempt got an answer.
                     tracing::debug!(waited = ?started.elapsed(), "acquired after waiting");
                     return Ok(Some(guard));
                 }
-                Some(Ok(Err(t))) => {
+                Some(Ok(Some(Tried::Late(_)))) => {
+                    sub.wake_used();
+                    adopt = false;
+                    failing_since = None;
+                    ttl = Some(Duration::ZERO);
+                }
+                Some(Ok(Some(Tried::Busy(t)))) => {
                     sub.wake_used();
                     adopt = false;
                     failing_since = None;
@@ -404,6 +438,31 @@ impl Lock {
         }
     }
 
+    /// [`attempt`](Self::attempt), bounded: by the deadline of a waiting call, and by one
+    /// response timeout for a single try. `None` when the bound came first; an attempt
+    /// already sent then finishes in the background, and a hold it took is given back.
+    async fn attempt_within(
+        &self,
+        owner: OwnerId,
+        field: &Arc<str>,
+        lease: Option<Duration>,
+        adopt: bool,
+        wait: Wait,
+    ) -> Result<Option<Tried>> {
+        let until = match wait {
+            Wait::No => Instant::now().checked_add(self.inner().config.response_timeout),
+            Wait::Until(deadline) => deadline,
+        };
+        let attempt = self.attempt(owner, field, lease, adopt);
+        match until {
+            None => attempt.await.map(Some),
+            Some(at) => match tokio::time::timeout_at(at, attempt).await {
+                Ok(tried) => tried.map(Some),
+                Err(_) => Ok(None),
+            },
+        }
+    }
+
     /// One acquire: a local re-entry of a live watchdog hold, or else one request to
     /// Redis (retried with the same request id when its reply may have been lost).
     /// `Err(ttl)` (inside `Ok`) when the lock is busy.
@@ -415,7 +474,7 @@ impl Lock {
         field: &Arc<str>,
         lease: Option<Duration>,
         adopt: bool,
-    ) -> Result<Result<LockGuard, Option<Duration>>> {
+    ) -> Result<Tried> {
         let inner = self.inner().clone();
         // What the client knows of this field's holds is only settled once its earlier
         // requests are (see `InFlight`).
@@ -434,7 +493,7 @@ impl Lock {
                 Ok(entry) => {
                     tracing::debug!(token = entry.token, "re-entered a held lock locally");
                     let token = entry.token;
-                    return Ok(Ok(self.guard(
+                    return Ok(Tried::Held(self.guard(
                         hold,
                         owner,
                         token,
@@ -447,7 +506,6 @@ impl Lock {
         };
         let effective = lease.unwrap_or(inner.config.watchdog_timeout);
         let fresh = !registered && !inner.fixed.holds(&self.name, field);
-        let sent = Instant::now();
         let in_flight = inner.inflight.begin(&self.name, field);
         let request = {
             let (inner, hold) = (inner.clone(), hold.clone());
@@ -474,6 +532,10 @@ impl Lock {
                 let (mut attempt, mut unsynced) = (0, 0);
                 loop {
                     attempt += 1;
+                    // The script that answers starts the lease afresh (a retry that
+                    // recognises the first grant renews it), so the lease is counted
+                    // from the send that got the answer.
+                    let sent = Instant::now();
                     match raw::acquire(&inner.conn, &call).await {
                         Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                             tracing::debug!(attempt, error = %e, "acquire reply lost; retrying with the same request id");
@@ -491,7 +553,12 @@ impl Lock {
                                 // The latch only matters to retries of this call, which are over.
                                 inner.janitor.discard(latch);
                             }
-                            return other;
+                            if matches!(&other, Err(e) if e.may_have_run()) && fresh {
+                                // The last send may have granted what nobody will hold: a
+                                // first hold is the field itself, so giving it back is safe.
+                                undo_grant(&inner, &hold).await;
+                            }
+                            return other.map(|a| (a, sent));
                         }
                     }
                 }
@@ -499,23 +566,34 @@ impl Lock {
         };
         let orphan = {
             let (inner, hold) = (inner.clone(), hold.clone());
-            move |outcome: Result<Attempt>| async move {
-                if let Ok(Attempt::Acquired { .. }) = outcome {
-                    let keep = inner
-                        .watchdog
-                        .is_registered(&hold.name, &hold.field)
-                        .then(|| inner.watchdog.lease());
-                    let undo = release_hold(&inner, &hold, keep, 1).await;
-                    tracing::debug!(lock = %hold.name, ?undo, "released a hold taken by a cancelled acquire");
+            move |outcome: Result<(Attempt, Instant)>| async move {
+                if let Ok((Attempt::Acquired { .. }, _)) = outcome {
+                    undo_grant(&inner, &hold).await;
                 }
             }
         };
-        let outcome = Completing::new(inner.runtime.clone(), request, orphan).await?;
+        let (outcome, sent) = Completing::new(inner.runtime(), request, orphan).await?;
         match outcome {
-            Attempt::Busy(ttl) => Ok(Err(ttl)),
+            Attempt::Busy(ttl) => Ok(Tried::Busy(ttl)),
+            Attempt::Acquired { .. } if sent + effective <= Instant::now() => {
+                // The answer came after the lease it granted had run out (Redis stalled,
+                // or this future was not polled): the lock may be someone else's by now,
+                // and a guard would be lost on arrival. What is left of the hold goes.
+                tracing::debug!(lease = ?effective, "grant arrived after its lease ran out");
+                let in_flight = inner.inflight.begin(&self.name, field);
+                let undo = {
+                    let inner = inner.clone();
+                    async move {
+                        let _in_flight = in_flight;
+                        undo_grant(&inner, &hold).await;
+                    }
+                };
+                inner.runtime().spawn(undo);
+                Ok(Tried::Late(sent.elapsed()))
+            }
             Attempt::Acquired { token, .. } => {
                 tracing::debug!(lease = ?effective, watchdog = lease.is_none(), token, "lock acquired");
-                Ok(Ok(self.held(hold, owner, lease, sent, token)))
+                Ok(Tried::Held(self.held(hold, owner, lease, sent, token)))
             }
         }
     }
@@ -632,6 +710,17 @@ impl Lock {
     }
 }
 
+/// What one acquire attempt found.
+enum Tried {
+    /// The lock is taken.
+    Held(LockGuard),
+    /// Someone else holds it, for this long as far as Redis said (`None`: no expiry).
+    Busy(Option<Duration>),
+    /// The grant arrived after the lease it granted had run out, so it was given back;
+    /// the value is how long the answer took.
+    Late(Duration),
+}
+
 /// How many times one acquire or unlock is sent when its reply may have been lost
 /// (timeout, broken connection).
 const ATTEMPTS: u32 = 3;
@@ -662,9 +751,19 @@ impl Drop for Queued {
     }
 }
 
+/// Gives back one hold taken by an acquire whose caller will not use it.
+async fn undo_grant(inner: &Arc<ClientInner>, hold: &Hold) {
+    let keep = inner
+        .watchdog
+        .is_registered(&hold.name, &hold.field)
+        .then(|| inner.watchdog.lease());
+    let undo = release_hold(inner, hold, keep, 1).await;
+    tracing::debug!(lock = %hold.name, ?undo, "released a hold nobody will use");
+}
+
 /// Releases a hold nobody will use, in the background.
 fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
-    let runtime = inner.runtime.clone();
+    let runtime = inner.runtime();
     runtime.spawn(async move {
         let r = release_hold(&inner, &hold, None, 1).await;
         tracing::debug!(lock = %hold.name, outcome = ?r, "released an unused hold");
@@ -849,11 +948,6 @@ async fn send_release(
     outcome
 }
 
-fn unreachable_none() -> Error {
-    // An unbounded wait only returns with the lock or an error.
-    Error::InvalidConfig("internal: unbounded wait returned without the lock".into())
-}
-
 enum GuardKind {
     /// Renewed by the watchdog; lost when the watchdog says so.
     Watchdog(Arc<WatchEntry>),
@@ -931,8 +1025,9 @@ impl LockGuard {
     /// or could not renew it before its lease ran out, or (for a fixed lease) the lease
     /// has run out.
     pub fn is_lost(&self) -> bool {
-        match &self.state().kind {
-            GuardKind::Watchdog(e) => e.lost.is_set(),
+        let state = self.state();
+        match &state.kind {
+            GuardKind::Watchdog(e) => state.client.inner.watchdog.check_lost(e),
             GuardKind::Lease { expires } => Instant::now() >= *expires,
         }
     }
@@ -952,8 +1047,9 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) {
-        match &self.state().kind {
-            GuardKind::Watchdog(e) => e.lost.wait().await,
+        let state = self.state();
+        match &state.kind {
+            GuardKind::Watchdog(e) => state.client.inner.watchdog.lost(e).await,
             GuardKind::Lease { expires } => tokio::time::sleep_until(*expires).await,
         }
     }
@@ -972,10 +1068,15 @@ impl LockGuard {
             tracing::debug_span!("release", lock = %state.hold.name, owner = %state.hold.field);
         async move {
             let (holds, keep) = match state.begin_release() {
-                Step::Lost => {
+                Step::Lost { sweep } => {
+                    if let Some(in_flight) = sweep {
+                        let inner = state.client.inner.clone();
+                        let outcome = sweep_lost(inner, state.hold.clone(), in_flight).await;
+                        tracing::debug!(?outcome, "swept the field of a lost hold");
+                    }
                     return Err(Error::LeaseLost {
                         name: state.hold.name.to_string(),
-                    })
+                    });
                 }
                 Step::Local => {
                     tracing::debug!("released a local re-entry");
@@ -991,7 +1092,7 @@ impl LockGuard {
             let orphan = |outcome: Result<Release>| async move {
                 tracing::debug!(?outcome, "unlock finished after its caller left");
             };
-            match Completing::new(inner.runtime.clone(), request, orphan).await? {
+            match Completing::new(inner.runtime(), request, orphan).await? {
                 Release::NotHeld => Err(Error::NotHeld {
                     name: state.hold.name.to_string(),
                     owner: state.hold.field.to_string(),
@@ -1011,8 +1112,10 @@ impl LockGuard {
 enum Step {
     /// Another guard of the same watchdog hold remains: nothing to send.
     Local,
-    /// The watchdog already found the lock lost: nothing to send.
-    Lost,
+    /// The hold is known lost. `sweep`: no other request or hold of this client has the
+    /// field, so whatever Redis still keeps under it is this lost hold's (a renewal
+    /// that landed after the client gave up on the lease), and is deleted.
+    Lost { sweep: Option<InFlightGuard> },
     /// Give back `holds` of the hash's count, setting `keep` as lease if holds remain.
     Send { holds: u32, keep: Option<Duration> },
 }
@@ -1024,16 +1127,20 @@ impl GuardState {
         let inner = &self.client.inner;
         let wd = &inner.watchdog;
         match &self.kind {
-            GuardKind::Watchdog(entry) => match wd.release(entry) {
-                _ if entry.lost.is_set() => Step::Lost,
-                Released::Kept => Step::Local,
-                // Fixed-lease holds may remain: their lease stays as the watchdog left it.
-                Released::Last { remote } => Step::Send {
-                    holds: remote,
-                    keep: None,
-                },
-                Released::Gone => Step::Lost,
-            },
+            GuardKind::Watchdog(entry) => {
+                let lost = wd.check_lost(entry);
+                match wd.release(entry) {
+                    Released::Kept if !lost => Step::Local,
+                    // Fixed-lease holds may remain: their lease stays as the watchdog left it.
+                    Released::Last { remote } if !lost => Step::Send {
+                        holds: remote,
+                        keep: None,
+                    },
+                    _ => Step::Lost {
+                        sweep: self.sweepable(),
+                    },
+                }
+            }
             GuardKind::Lease { .. } => {
                 inner.fixed.remove(&self.hold.name, &self.hold.field);
                 Step::Send {
@@ -1045,6 +1152,31 @@ impl GuardState {
             }
         }
     }
+
+    /// Claims the field for a sweep if nothing else of this client uses it now.
+    fn sweepable(&self) -> Option<InFlightGuard> {
+        let inner = &self.client.inner;
+        let (name, field) = (&self.hold.name, &self.hold.field);
+        let unused = !inner.watchdog.is_registered(name, field)
+            && !inner.fixed.holds(name, field)
+            && !inner.inflight.busy(name, field);
+        unused.then(|| inner.inflight.begin(name, field))
+    }
+}
+
+/// Deletes whatever is left under the field of a lost hold (see [`Step::Lost`]).
+async fn sweep_lost(
+    inner: Arc<ClientInner>,
+    hold: Hold,
+    in_flight: InFlightGuard,
+) -> Result<Release> {
+    let runtime = inner.runtime();
+    let request = async move {
+        let _in_flight = in_flight;
+        release_hold(&inner, &hold, None, u32::MAX).await
+    };
+    // Runs to its end even if the caller leaves.
+    Completing::new(runtime, request, |_| async {}).await
 }
 
 impl Drop for LockGuard {
@@ -1052,11 +1184,22 @@ impl Drop for LockGuard {
         let Some(state) = self.state.take() else {
             return;
         };
-        let Step::Send { holds, keep } = state.begin_release() else {
-            return;
+        let (holds, keep) = match state.begin_release() {
+            Step::Send { holds, keep } => (holds, keep),
+            Step::Lost {
+                sweep: Some(in_flight),
+            } => {
+                let inner = state.client.inner.clone();
+                inner.runtime().spawn(async move {
+                    let outcome = sweep_lost(inner, state.hold, in_flight).await;
+                    tracing::debug!(?outcome, "swept the field of a lost hold");
+                });
+                return;
+            }
+            Step::Local | Step::Lost { sweep: None } => return,
         };
         let inner = state.client.inner.clone();
-        let runtime = inner.runtime.clone();
+        let runtime = inner.runtime();
         runtime.spawn(async move {
             let r = release_hold(&inner, &state.hold, keep, holds).await;
             match r {

@@ -5,9 +5,10 @@
 //! task owns the connection and reconciles what Redis is subscribed to with the entries
 //! in the map, so subscribe and unsubscribe of the same channel can never be reordered.
 //!
-//! An unlock message wakes one local waiter (`Notify::notify_one`). A waiter that was
-//! woken but leaves without taking the lock (cancelled, or out of time) passes the wake
-//! on, so the message is not lost for the waiters behind it. When the connection breaks,
+//! An unlock message wakes one local waiter of each lock name on the channel (names such
+//! as `coll` and `{coll}` share one). A waiter that was woken but leaves without taking
+//! the lock (cancelled, or out of time) passes the wake on to the next waiter of its
+//! name, so the message is not lost for the waiters behind it. When the connection breaks,
 //! the actor reconnects, subscribes again to every channel that still has waiters, and
 //! wakes all of them to retry, since an unlock may have been published while it was down.
 //! Waiters never depend on pub/sub alone: each wait is also bounded by the lock's TTL.
@@ -30,11 +31,59 @@ use crate::error::Result;
 pub(crate) struct ChannelEntry {
     id: u64,
     waiters: AtomicU64,
-    /// One permit per unlock message.
-    wake: Notify,
+    /// One wake-up queue per lock name. Names such as `coll` and `{coll}` share a channel
+    /// (Redisson's layout), and the unlock message does not say which was released, so a
+    /// message wakes one waiter of each name: the one whose lock it was then always
+    /// hears of it, and a message nobody's unlock sent costs one attempt per name.
+    names: Mutex<HashMap<Arc<str>, NameWaiters>>,
     /// True once Redis confirmed the SUBSCRIBE for this entry.
     ready: AtomicBool,
     ready_changed: Notify,
+}
+
+/// How many local waiters a lock name has on a channel, and their wake-up queue.
+type NameWaiters = (usize, Arc<Notify>);
+
+impl ChannelEntry {
+    fn join(&self, name: &Arc<str>) -> Arc<Notify> {
+        let mut names = self.names.lock();
+        let slot = names.entry(name.clone()).or_default();
+        slot.0 += 1;
+        slot.1.clone()
+    }
+
+    fn leave(&self, name: &Arc<str>) {
+        let mut names = self.names.lock();
+        if let Some(slot) = names.get_mut(name) {
+            slot.0 -= 1;
+            if slot.0 == 0 {
+                names.remove(name);
+            }
+        }
+    }
+
+    /// An unlock message: one waiter of each name (or its next wait) tries.
+    fn wake_each_name(&self) {
+        for (_, wake) in self.names.lock().values() {
+            wake.notify_one();
+        }
+    }
+
+    /// Every waiter tries now, and the next one to wait of each name too: messages may
+    /// have been missed while the channel was not subscribed.
+    pub(crate) fn wake_all(&self) {
+        for (_, wake) in self.names.lock().values() {
+            wake.notify_waiters();
+            wake.notify_one();
+        }
+    }
+
+    /// Every waiter sleeping now tries (the subscription broke).
+    pub(crate) fn interrupt(&self) {
+        for (_, wake) in self.names.lock().values() {
+            wake.notify_waiters();
+        }
+    }
 }
 
 mod cluster;
@@ -132,8 +181,9 @@ impl PubSubHub {
         Ok(PubSubHub { shared })
     }
 
-    /// Joins the waiters of `channel`, subscribing it if this is the first one.
-    pub(crate) fn subscribe(&self, channel: &Arc<str>) -> Subscription {
+    /// Joins the waiters of `channel` for the lock `name`, subscribing the channel if
+    /// this is its first waiter.
+    pub(crate) fn subscribe(&self, channel: &Arc<str>, name: &Arc<str>) -> Subscription {
         let mut channels = self.shared.channels.lock();
         let entry = channels
             .entry(channel.clone())
@@ -146,17 +196,20 @@ impl PubSubHub {
                 Arc::new(ChannelEntry {
                     id,
                     waiters: AtomicU64::new(0),
-                    wake: Notify::new(),
+                    names: Mutex::new(HashMap::new()),
                     ready: AtomicBool::new(false),
                     ready_changed: Notify::new(),
                 })
             })
             .clone();
         entry.waiters.fetch_add(1, Ordering::SeqCst);
+        let wake = entry.join(name);
         Subscription {
             hub: self.shared.clone(),
             channel: channel.clone(),
+            name: name.clone(),
             entry,
+            wake,
             holding_wake: false,
         }
     }
@@ -172,7 +225,10 @@ impl PubSubHub {
 pub(crate) struct Subscription {
     hub: Arc<HubShared>,
     channel: Arc<str>,
+    name: Arc<str>,
     entry: Arc<ChannelEntry>,
+    /// The wake-up queue of this waiter's lock name.
+    wake: Arc<Notify>,
     /// Set while this waiter has consumed a wake-up it has not yet turned into a lock.
     holding_wake: bool,
 }
@@ -198,7 +254,7 @@ impl Subscription {
     /// Waits for an unlock message, at most `limit`. Returns whether one came.
     pub(crate) async fn woken(&mut self, limit: Duration) -> bool {
         self.holding_wake = false;
-        let got = tokio::time::timeout(limit, self.entry.wake.notified())
+        let got = tokio::time::timeout(limit, self.wake.notified())
             .await
             .is_ok();
         self.holding_wake = got;
@@ -215,8 +271,9 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         if self.holding_wake {
-            self.entry.wake.notify_one();
+            self.wake.notify_one();
         }
+        self.entry.leave(&self.name);
         let mut channels = self.hub.channels.lock();
         if self.entry.waiters.fetch_sub(1, Ordering::SeqCst) == 1 {
             if matches!(channels.get(&self.channel), Some(e) if Arc::ptr_eq(e, &self.entry)) {
@@ -312,8 +369,7 @@ async fn actor(
                     entry.ready_changed.notify_waiters();
                 }
                 // Anything may have been released while we were not listening.
-                entry.wake.notify_waiters();
-                entry.wake.notify_one();
+                entry.wake_all();
             }
         }
         tracing::debug!(channels = subscribed.len(), "pub/sub connected");
@@ -336,7 +392,7 @@ async fn actor(
                 msg = stream.next() => {
                     let Some(msg) = msg else { break "connection closed".to_string() };
                     let Some(shared) = weak.upgrade() else { return };
-                    shared.deliver(msg.get_channel_name().as_bytes(), msg.get_payload_bytes());
+                    shared.deliver(msg.get_channel_name().as_bytes());
                 }
             }
         };
@@ -353,22 +409,21 @@ impl HubShared {
         self.connected.store(false, Ordering::SeqCst);
         for entry in self.channels.lock().values() {
             entry.ready.store(false, Ordering::SeqCst);
-            entry.wake.notify_waiters();
+            entry.interrupt();
         }
     }
 
     /// An unlock message arrived on `channel`.
-    fn deliver(&self, channel: &[u8], payload: &[u8]) {
+    fn deliver(&self, channel: &[u8]) {
         let Ok(channel) = std::str::from_utf8(channel) else {
             return;
         };
         let entry = self.channels.lock().get(channel).cloned();
         if let Some(entry) = entry {
-            if payload == b"1" {
-                // Redisson's read-unlock message: every waiter may proceed.
-                entry.wake.notify_waiters();
-            }
-            entry.wake.notify_one();
+            // The payload is not looked at: Redisson's lock sends "0", its read-write
+            // lock "1" (to a lock without readers, just a release), and anything else
+            // was sent by no unlock but costs one attempt per name at most.
+            entry.wake_each_name();
         }
     }
 }

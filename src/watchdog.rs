@@ -33,6 +33,12 @@ use crate::client::Config;
 use crate::connection::Conn;
 use crate::raw;
 
+/// Why an entry is lost when its confirmed lease ran out.
+const EXPIRED: &str = "lease ran out before a renewal succeeded";
+
+/// Sends of one renewal batch within a period.
+const RENEW_ATTEMPTS: u64 = 3;
+
 /// Keys renewed by one script call (Redisson's `lockWatchdogBatchSize`).
 pub const BATCH: usize = 100;
 
@@ -88,8 +94,15 @@ impl WatchEntry {
         }
     }
 
-    fn valid_until(&self) -> Instant {
+    pub(crate) fn valid_until(&self) -> Instant {
         *self.valid_until.lock()
+    }
+
+    /// Whether the lease the client last confirmed has run out, measured now. Once it
+    /// has, the hold is lost for good: a renewal still in flight may yet succeed, but
+    /// the holder may already have been told (or have acted as if) it was lost.
+    pub(crate) fn expired(&self) -> bool {
+        self.valid_until() <= Instant::now()
     }
 }
 
@@ -119,6 +132,11 @@ struct Shared {
     lease: Duration,
     slots: Mutex<HashMap<SlotKey, Slot>>,
     passes: std::sync::atomic::AtomicU64,
+    /// The runtime the timer runs on, where the client's background work goes.
+    home: Mutex<Handle>,
+    /// False once the timer's task was dropped while the client lived: its runtime
+    /// shut down. The next lock taken moves the timer to the runtime it runs on.
+    timer_alive: AtomicBool,
 }
 
 /// The per-client registry of watchdog locks, and its timer.
@@ -133,11 +151,32 @@ impl Watchdog {
             lease: config.watchdog_timeout,
             slots: Mutex::new(HashMap::new()),
             passes: Default::default(),
+            home: Mutex::new(runtime.clone()),
+            timer_alive: AtomicBool::new(true),
         });
-        let weak = Arc::downgrade(&shared);
-        let period = config.watchdog_timeout / 3;
-        runtime.spawn(timer(weak, period, runtime.clone()));
+        shared.spawn_timer(runtime);
         Watchdog { shared }
+    }
+
+    /// The runtime for the client's background work: the one its timer runs on. If
+    /// that runtime has shut down and the caller runs on another, the timer moves there
+    /// first, so that locks taken from now on are renewed.
+    pub(crate) fn home(&self) -> Handle {
+        let shared = &self.shared;
+        if !shared.timer_alive.load(Ordering::SeqCst) {
+            if let Ok(current) = Handle::try_current() {
+                if shared
+                    .timer_alive
+                    .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    tracing::warn!("the runtime that ran this client's watchdog shut down; it now runs on the caller's runtime");
+                    *shared.home.lock() = current.clone();
+                    shared.spawn_timer(&current);
+                }
+            }
+        }
+        shared.home.lock().clone()
     }
 
     /// Records one more watchdog hold of `(name, field)`, taken in Redis by a request sent
@@ -150,6 +189,8 @@ impl Watchdog {
         token: u64,
     ) -> Arc<WatchEntry> {
         let until = sent_at + self.shared.lease;
+        // A timer stopped with its runtime would never renew this hold.
+        self.home();
         let mut slots = self.shared.slots.lock();
         let slot = slots
             .entry((name.clone(), field.clone()))
@@ -215,6 +256,36 @@ impl Watchdog {
         }
     }
 
+    /// Whether `entry` is lost: marked so, or its confirmed lease has run out by the
+    /// monotonic clock, whether or not a watchdog pass has looked since (the timer may
+    /// not have run: a blocked runtime thread, a paused process, a runtime gone).
+    pub(crate) fn check_lost(&self, entry: &Arc<WatchEntry>) -> bool {
+        if entry.lost.is_set() {
+            return true;
+        }
+        if entry.expired() {
+            self.shared.mark_lost(entry, EXPIRED);
+            // Set even if the slot no longer holds this entry: the guard asking is lost.
+            entry.lost.set();
+            return true;
+        }
+        false
+    }
+
+    /// Completes when `entry` is lost (see [`check_lost`](Self::check_lost)).
+    pub(crate) async fn lost(&self, entry: &Arc<WatchEntry>) {
+        loop {
+            if self.check_lost(entry) {
+                return;
+            }
+            tokio::select! {
+                _ = entry.lost.wait() => return,
+                // A renewal may have moved the deadline meanwhile; checked again above.
+                _ = tokio::time::sleep_until(entry.valid_until()) => {}
+            }
+        }
+    }
+
     /// Watchdog holds of `(name, field)` that re-entered locally, so the hash does not
     /// count them.
     pub(crate) fn local_holds(&self, name: &Arc<str>, field: &Arc<str>) -> u32 {
@@ -258,7 +329,31 @@ impl Watchdog {
     }
 }
 
+/// Dropped with the timer's task. Dropped while the client lives, it means the task's
+/// runtime shut down: no renewal can happen until the timer runs again elsewhere, so
+/// every hold is reported lost now rather than when its lease runs out.
+struct TimerTask(Weak<Shared>);
+
+impl Drop for TimerTask {
+    fn drop(&mut self) {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        shared.timer_alive.store(false, Ordering::SeqCst);
+        let held: Vec<Arc<WatchEntry>> = shared
+            .slots
+            .lock()
+            .values()
+            .map(|s| s.entry.clone())
+            .collect();
+        for entry in held {
+            shared.mark_lost(&entry, "the runtime that ran the watchdog shut down");
+        }
+    }
+}
+
 async fn timer(weak: Weak<Shared>, period: Duration, runtime: Handle) {
+    let _task = TimerTask(weak.clone());
     let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -273,6 +368,14 @@ async fn timer(weak: Weak<Shared>, period: Duration, runtime: Handle) {
 }
 
 impl Shared {
+    fn period(&self) -> Duration {
+        self.lease / 3
+    }
+
+    fn spawn_timer(self: &Arc<Self>, runtime: &Handle) {
+        runtime.spawn(timer(Arc::downgrade(self), self.period(), runtime.clone()));
+    }
+
     async fn pass(self: Arc<Self>) {
         let now = Instant::now();
         let mut due = Vec::new();
@@ -296,7 +399,7 @@ impl Shared {
             if renewable {
                 live.push(entry);
             } else {
-                self.mark_lost(&entry, "lease ran out before a renewal succeeded");
+                self.mark_lost(&entry, EXPIRED);
             }
         }
         // On a cluster one script may only touch one slot's keys.
@@ -309,28 +412,49 @@ impl Shared {
     }
 
     async fn renew_batch(&self, chunk: &[Arc<WatchEntry>]) {
-        let sent = Instant::now();
-        let pairs: Vec<(&str, &str)> = chunk.iter().map(|e| (&*e.name, &*e.field)).collect();
-        match raw::renew(&self.conn, &pairs, self.lease).await {
-            Ok(results) => {
-                for (entry, renewed) in chunk.iter().zip(results) {
-                    if renewed {
-                        entry.extend(sent + self.lease);
-                        tracing::trace!(lock = %entry.name, "lease renewed");
-                    } else {
-                        self.mark_lost(entry, "key gone or held by another owner");
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let sent = Instant::now();
+            let pairs: Vec<(&str, &str)> = chunk.iter().map(|e| (&*e.name, &*e.field)).collect();
+            let err = match raw::renew(&self.conn, &pairs, self.lease).await {
+                Ok(results) => {
+                    for (entry, renewed) in chunk.iter().zip(results) {
+                        if renewed {
+                            entry.extend(sent + self.lease);
+                            tracing::trace!(lock = %entry.name, "lease renewed");
+                        } else {
+                            self.mark_lost(entry, "key gone or held by another owner");
+                        }
                     }
+                    return;
+                }
+                Err(err) => err,
+            };
+            let now = Instant::now();
+            let mut live = 0;
+            for entry in chunk {
+                if entry.valid_until() <= now {
+                    self.mark_lost(entry, EXPIRED);
+                } else {
+                    live += 1;
                 }
             }
-            Err(err) => {
-                tracing::warn!(locks = chunk.len(), error = %err, "lease renewal failed; retrying next period");
-                let now = Instant::now();
-                for entry in chunk {
-                    if entry.valid_until() <= now {
-                        self.mark_lost(entry, "lease ran out before a renewal succeeded");
-                    }
-                }
+            // A failed renewal is sent again within this period, on the connection the
+            // driver reopens: after a restart the first call finds the old one dead, and
+            // waiting a period to ask again would report the lost locks a period late.
+            let pause = Duration::from_millis(20 * attempt);
+            if live == 0
+                || !err.is_transient()
+                || attempt >= RENEW_ATTEMPTS
+                || started.elapsed() + pause >= self.period() / 2
+            {
+                tracing::warn!(locks = live, attempt, error = %err, "lease renewal failed; retrying next period");
+                return;
             }
+            tracing::debug!(locks = live, attempt, error = %err, "lease renewal failed; retrying now");
+            tokio::time::sleep(pause).await;
         }
     }
 

@@ -172,10 +172,8 @@ impl ClusterHub {
     fn on_push(&mut self, shared: &HubShared, push: PushInfo) {
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
-                if let (Some(Value::BulkString(ch)), Some(Value::BulkString(payload))) =
-                    (push.data.first(), push.data.get(1))
-                {
-                    shared.deliver(ch, payload);
+                if let Some(Value::BulkString(ch)) = push.data.first() {
+                    shared.deliver(ch);
                 }
             }
             PushKind::SUnsubscribe | PushKind::Unsubscribe => {
@@ -194,7 +192,7 @@ impl ClusterHub {
                     self.subscribed.remove(&ch);
                     self.retry.insert(ch);
                     entry.ready.store(false, Ordering::SeqCst);
-                    entry.wake.notify_waiters();
+                    entry.interrupt();
                 }
             }
             PushKind::Disconnection => {
@@ -223,8 +221,7 @@ impl ClusterHub {
                     entry.ready.store(true, Ordering::SeqCst);
                     entry.ready_changed.notify_waiters();
                     // An unlock may have gone out while nobody listened.
-                    entry.wake.notify_waiters();
-                    entry.wake.notify_one();
+                    entry.wake_all();
                 }
                 Err(e) => {
                     tracing::debug!(channel = %ch, error = %e, "cluster resubscribe failed; retrying");

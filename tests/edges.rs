@@ -1,0 +1,461 @@
+//! Trust at the edges: a lost lease is reported at once whatever stopped the renewals, a
+//! wait keeps its bound while Redis stalls, every unlock message reaches a waiter of each
+//! lock name on its channel, and errors are typed with nothing left behind.
+//!
+//! Measured figures are printed as `FIGURE <name> <value>` lines (`--nocapture`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use redis_rlock::{Client, Error};
+
+fn figure(name: &str, value: impl std::fmt::Debug) {
+    println!("FIGURE {name} {value:?}");
+}
+
+async fn client_with(url: &str, wd: Duration, response: Duration) -> Client {
+    Client::builder(url)
+        .watchdog_timeout(wd)
+        .response_timeout(response)
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// The holder's thread is blocked past its lease (a long synchronous call on a
+/// current-thread runtime, so the watchdog cannot run): `is_lost()` is true as soon as
+/// the thread runs again, before any task had a chance to, and `lost()` is ready.
+#[test]
+fn is_lost_is_true_once_the_confirmed_lease_has_passed_even_if_no_renewal_ran() {
+    let s = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let wd = Duration::from_millis(1000);
+        let c = client_with(&s.url(), wd, Duration::from_millis(500)).await;
+        let other = client_with(&s.url(), wd, Duration::from_millis(500)).await;
+        let lock = c.lock("edge:blocked");
+        let g = lock.lock().await.unwrap();
+        assert!(!g.is_lost());
+        // Another process takes the lock while this thread is blocked.
+        let url = s.url();
+        let taker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1400));
+            let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let taken: i64 = redis::cmd("HSETNX")
+                .arg("edge:blocked")
+                .arg("someone-else:1")
+                .arg(1)
+                .query(&mut conn)
+                .unwrap();
+            taken
+        });
+        std::thread::sleep(Duration::from_millis(2500));
+        assert_eq!(
+            taker.join().unwrap(),
+            1,
+            "the lease did not run out in Redis"
+        );
+        // No await in between: the watchdog has had no chance to run.
+        assert!(g.is_lost(), "is_lost() false after the lease ran out");
+        let ready = tokio::time::timeout(Duration::from_millis(1), g.lost()).await;
+        assert!(ready.is_ok(), "lost() not ready after the lease ran out");
+        assert!(matches!(g.unlock().await, Err(Error::LeaseLost { .. })));
+        // The other holder was not disturbed by the lost guard's unlock.
+        assert_eq!(
+            s.cmd::<Option<i64>>(&["HGET", "edge:blocked", "someone-else:1"]),
+            Some(1)
+        );
+        drop(other);
+    });
+}
+
+/// Redis stalls while `lock()` is retried; the answer comes after its first send's lease
+/// would have run out. The lease is counted from the send that was answered, so the
+/// guard returned is live, and it is released by its unlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_answered_after_a_stall_returns_a_live_guard_or_none() {
+    let s = RedisServer::start();
+    let c = client_with(
+        &s.url(),
+        Duration::from_millis(2000),
+        Duration::from_millis(1000),
+    )
+    .await;
+    let lock = c.lock("edge:stall");
+    // Warm the connection and the scripts.
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    s.signal("STOP");
+    let stopped = Instant::now();
+    let resume = {
+        let pid = s.pid();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(4000));
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let got = tokio::time::timeout(Duration::from_secs(15), lock.lock())
+        .await
+        .expect("lock() hung");
+    resume.join().unwrap();
+    figure("stall_lock_returned_after", stopped.elapsed());
+    match got {
+        Ok(g) => {
+            assert!(!g.is_lost(), "lock() returned a guard already lost");
+            let field = g.holder_field().to_string();
+            assert_eq!(
+                s.cmd::<Option<i64>>(&["HGET", "edge:stall", &field]),
+                Some(1)
+            );
+            g.unlock().await.expect("unlock of the returned guard");
+        }
+        Err(e) => assert!(e.is_transient(), "{e}"),
+    }
+    // Nothing is left held either way.
+    let freed = common::eventually(Duration::from_secs(3), || {
+        s.cmd::<i64>(&["EXISTS", "edge:stall"]) == 0
+    })
+    .await;
+    assert!(freed, "a hold was left behind");
+}
+
+/// During a Redis stall, a waiting call returns at its deadline and a single try within
+/// one response timeout; what they sent finishes in the background and leaves no hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_keep_their_bound_while_redis_stalls() {
+    let s = RedisServer::start();
+    let response = Duration::from_millis(1000);
+    let c = client_with(&s.url(), Duration::from_secs(5), response).await;
+    let lock = c.lock("edge:bound");
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    s.signal("STOP");
+    let cont = scopeguard(s.pid());
+
+    let t = Instant::now();
+    let r = lock
+        .try_lock_for(Duration::from_millis(200), None)
+        .await
+        .unwrap();
+    let waited = t.elapsed();
+    figure("stall_try_lock_for_200ms_returned_after", waited);
+    assert!(r.is_none());
+    assert!(waited < Duration::from_millis(450), "{waited:?}");
+
+    let t = Instant::now();
+    let r = lock.try_lock().await;
+    let took = t.elapsed();
+    figure("stall_try_lock_returned_after", took);
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    assert!(took < response + Duration::from_millis(250), "{took:?}");
+
+    let t = Instant::now();
+    let r = lock
+        .try_lock_for(Duration::from_millis(300), Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(r.is_none());
+    assert!(
+        t.elapsed() < Duration::from_millis(550),
+        "{:?}",
+        t.elapsed()
+    );
+
+    drop(cont);
+    // The attempts finish in the background after the stall, and give back what they got.
+    let freed = common::eventually(Duration::from_secs(10), || {
+        s.cmd::<i64>(&["EXISTS", "edge:bound"]) == 0
+    })
+    .await;
+    assert!(freed, "an attempt left a hold behind");
+    let g = lock
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free after the stall");
+    g.unlock().await.unwrap();
+}
+
+/// SIGCONTs the process when dropped (also when an assertion fails).
+fn scopeguard(pid: u32) -> impl Drop {
+    struct Cont(u32);
+    impl Drop for Cont {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &self.0.to_string()])
+                .status();
+        }
+    }
+    Cont(pid)
+}
+
+/// `coll` and `{coll}` share the channel `redisson_lock__channel:{coll}`. Releasing one
+/// wakes its waiter even when a waiter of the other, still held, name waits too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_wakes_a_waiter_of_its_own_name_on_a_shared_channel() {
+    let s = RedisServer::start();
+    let wd = Duration::from_secs(10);
+    let holder = client_with(&s.url(), wd, Duration::from_secs(1)).await;
+    let z = client_with(&s.url(), wd, Duration::from_secs(1)).await;
+    assert_eq!(
+        redis_rlock::channel_name("coll"),
+        redis_rlock::channel_name("{coll}")
+    );
+    let long = holder.lock("coll").lock().await.unwrap();
+    let short = holder.lock("{coll}").lock().await.unwrap();
+
+    let w1 = {
+        let l = z.lock("coll");
+        tokio::spawn(async move { l.try_lock_for(Duration::from_secs(12), None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let w2 = {
+        let l = z.lock("{coll}");
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let g = l.try_lock_for(Duration::from_secs(12), None).await;
+            (g, t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    short.unlock().await.unwrap();
+    let (g, _) = tokio::time::timeout(Duration::from_secs(15), w2)
+        .await
+        .unwrap()
+        .unwrap();
+    let after = released.elapsed();
+    figure("shared_channel_other_name_served_after", after);
+    let g = g.unwrap().expect("the {coll} waiter got its lock");
+    assert!(
+        after < Duration::from_secs(2),
+        "{after:?}: slept out its TTL"
+    );
+    g.unlock().await.unwrap();
+    assert!(
+        !w1.is_finished(),
+        "the coll waiter cannot have its lock yet"
+    );
+    long.unlock().await.unwrap();
+    let g1 = tokio::time::timeout(Duration::from_secs(5), w1)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .expect("the coll waiter got its lock");
+    g1.unlock().await.unwrap();
+}
+
+/// A message on a lock channel that no unlock sent (`"1"`, garbage) costs at most one
+/// attempt per lock name, however many waiters there are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stray_message_costs_one_attempt_per_name_not_per_waiter() {
+    let s = RedisServer::start();
+    let wd = Duration::from_secs(10);
+    let holder = client_with(&s.url(), wd, Duration::from_secs(1)).await;
+    let z = client_with(&s.url(), wd, Duration::from_secs(1)).await;
+    let a = holder.lock("stray").lock().await.unwrap();
+    let b = holder.lock("{stray}").lock().await.unwrap();
+    let mut waiters = Vec::new();
+    for name in [
+        "stray", "stray", "stray", "stray", "stray", "stray", "{stray}",
+    ] {
+        let l = z.lock(name);
+        waiters.push(tokio::spawn(async move {
+            let g = l.try_lock_for(Duration::from_secs(20), None).await.unwrap();
+            match g {
+                Some(g) => g.unlock().await.is_ok(),
+                None => false,
+            }
+        }));
+    }
+    let channel = redis_rlock::channel_name("stray");
+    let settled = common::eventually(Duration::from_secs(3), || s.numsub(&channel) == 1).await;
+    assert!(settled);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for payload in ["1", "garbage"] {
+        let before = s.calls("evalsha");
+        let _: i64 = s.cmd(&["PUBLISH", &channel, payload]);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let attempts = s.calls("evalsha") - before;
+        figure(&format!("stray_message_{payload}_attempts"), attempts);
+        assert!(
+            attempts <= 2,
+            "{attempts} attempts for one `{payload}` message on 2 names"
+        );
+    }
+    a.unlock().await.unwrap();
+    b.unlock().await.unwrap();
+    for w in waiters {
+        let served = tokio::time::timeout(Duration::from_secs(25), w)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(served, "a waiter was not served");
+    }
+}
+
+/// Credentials are checked when the client is built, and a refusal is permanent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_is_checked_at_build_and_typed() {
+    let s = RedisServer::start();
+    let _: () = s.cmd(&["CONFIG", "SET", "requirepass", "s3cret"]);
+    let build = |url: String| async move {
+        Client::builder(&url)
+            .connect_timeout(Duration::from_millis(500))
+            .response_timeout(Duration::from_millis(500))
+            .build()
+            .await
+    };
+    let t = Instant::now();
+    for url in [
+        s.url(),
+        format!("redis://:wrong@127.0.0.1:{}", s.port),
+        format!("redis://nobody:s3cret@127.0.0.1:{}", s.port),
+    ] {
+        match build(url.clone()).await {
+            Err(e @ Error::AuthFailed { .. }) => assert!(!e.is_transient(), "{url}: {e}"),
+            other => panic!("{url}: expected AuthFailed, got {other:?}"),
+        }
+    }
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    let c = build(format!("redis://:s3cret@127.0.0.1:{}", s.port))
+        .await
+        .unwrap();
+    c.lock("auth").lock().await.unwrap().unlock().await.unwrap();
+}
+
+/// A fencing token counter that cannot issue a positive token makes the acquisition fail
+/// with an error naming the counter, and takes no hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_token_counter_fails_typed_and_takes_no_hold() {
+    let s = RedisServer::start();
+    let c = client_with(&s.url(), Duration::from_secs(5), Duration::from_secs(1)).await;
+    let key = redis_rlock::token_key("tok");
+    for corrupt in [
+        &["SET", key.as_str(), "-3"][..],
+        &["SET", key.as_str(), "abc"][..],
+        &["HSET", key.as_str(), "f", "1"][..],
+    ] {
+        let _: () = s.cmd(&["DEL", &key]);
+        let _: redis::Value = s.cmd(corrupt);
+        let lock = c.lock("tok");
+        for r in [
+            lock.lock_with_lease(Duration::from_secs(20)).await.err(),
+            lock.lock().await.err(),
+            lock.try_lock().await.err(),
+        ] {
+            match r {
+                Some(Error::BadTokenCounter { key: k }) => assert_eq!(k, key),
+                other => panic!("{corrupt:?}: expected BadTokenCounter, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            s.cmd::<i64>(&["EXISTS", "tok"]),
+            0,
+            "{corrupt:?} left a hold"
+        );
+    }
+    let _: () = s.cmd(&["DEL", &key]);
+    let g = c.lock("tok").lock().await.unwrap();
+    assert_eq!(g.fencing_token(), 1);
+    g.unlock().await.unwrap();
+}
+
+/// The runtime a client was built in shuts down; the client is used from another one.
+/// Its watchdog then runs where the locks are taken: a held lock stays held and is not
+/// reported lost.
+#[test]
+fn a_client_outliving_its_runtime_keeps_renewing_locks_taken_elsewhere() {
+    let s = RedisServer::start();
+    let wd = Duration::from_millis(1500);
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let c = first.block_on(client_with(&s.url(), wd, Duration::from_millis(500)));
+    drop(first);
+    let second = tokio::runtime::Runtime::new().unwrap();
+    second.block_on(async {
+        let g = match c.lock("edge:rt").lock().await {
+            Ok(g) => g,
+            // The command connection's driver died with the first runtime; the first
+            // call may find it broken, the next one reconnects.
+            Err(e) if e.is_transient() => c.lock("edge:rt").lock().await.unwrap(),
+            Err(e) => panic!("{e}"),
+        };
+        tokio::time::sleep(wd * 3).await;
+        assert!(!g.is_lost(), "lost although the client could renew");
+        let field = g.holder_field().to_string();
+        assert_eq!(s.cmd::<Option<i64>>(&["HGET", "edge:rt", &field]), Some(1));
+        g.unlock().await.unwrap();
+        assert_eq!(s.cmd::<i64>(&["EXISTS", "edge:rt"]), 0);
+    });
+}
+
+/// A guard held while the runtime that ran the watchdog shuts down is reported lost at
+/// that moment, not silently left to expire.
+#[test]
+fn a_guard_is_told_when_the_runtime_running_its_watchdog_goes_away() {
+    let s = RedisServer::start();
+    let wd = Duration::from_secs(20);
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let (c, g) = first.block_on(async {
+        let c = client_with(&s.url(), wd, Duration::from_millis(500)).await;
+        let g = c.lock("edge:rt2").lock().await.unwrap();
+        (c, g)
+    });
+    assert!(!g.is_lost());
+    drop(first);
+    assert!(
+        g.is_lost(),
+        "no renewal can happen, yet the guard was not told"
+    );
+    drop(g);
+    drop(c);
+}
+
+/// Redis restarts without persistence right after a renewal. The next renewal finds the
+/// old connection dead, is sent again at once on a new one, and reports the loss within
+/// about one renewal period, not two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_is_reported_within_one_period() {
+    let mut s = RedisServer::start();
+    let wd = Duration::from_millis(1500);
+    let period = wd / 3;
+    let c = client_with(&s.url(), wd, Duration::from_millis(300)).await;
+    let mut worst = Duration::ZERO;
+    for trial in 0..3 {
+        let name = format!("edge:restart:{trial}");
+        let g = c.lock(name.as_str()).lock().await.unwrap();
+        // Wait for a renewal: the PTTL jumps back up.
+        let mut last: i64 = s.cmd(&["PTTL", &name]);
+        let deadline = Instant::now() + wd;
+        loop {
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            let now: i64 = s.cmd(&["PTTL", &name]);
+            if now > last + 50 {
+                break;
+            }
+            last = now;
+            assert!(Instant::now() < deadline, "no renewal seen");
+        }
+        s.restart();
+        let restarted = Instant::now();
+        tokio::time::timeout(wd * 2, g.lost())
+            .await
+            .expect("loss not reported");
+        let took = restarted.elapsed();
+        figure(&format!("restart_lost_after_trial_{trial}"), took);
+        worst = worst.max(took);
+    }
+    figure("restart_lost_after_worst", worst);
+    assert!(
+        worst < period + period / 2,
+        "{worst:?} with a {period:?} renewal period"
+    );
+}
