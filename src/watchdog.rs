@@ -352,8 +352,10 @@ impl Drop for TimerTask {
     }
 }
 
-async fn timer(weak: Weak<Shared>, period: Duration, runtime: Handle) {
-    let _task = TimerTask(weak.clone());
+/// `task` is an argument, not made in the body, so that it is dropped with the future
+/// even if the runtime shuts down before the future was first polled.
+async fn timer(task: TimerTask, period: Duration, runtime: Handle) {
+    let weak = task.0.clone();
     let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -373,7 +375,8 @@ impl Shared {
     }
 
     fn spawn_timer(self: &Arc<Self>, runtime: &Handle) {
-        runtime.spawn(timer(Arc::downgrade(self), self.period(), runtime.clone()));
+        let task = TimerTask(Arc::downgrade(self));
+        runtime.spawn(timer(task, self.period(), runtime.clone()));
     }
 
     async fn pass(self: Arc<Self>) {
