@@ -335,6 +335,24 @@ impl ChildProc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, ...) to the child; false if it could not be sent.
+    pub fn signal(&self, sig: &str) -> bool {
+        Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .is_ok_and(|st| st.success())
+    }
+
+    /// The next line the child printed, if one is already there.
+    pub fn try_line(&mut self) -> Option<String> {
+        self.lines.try_recv().ok()
+    }
 }
 
 impl Drop for ChildProc {
