@@ -168,18 +168,92 @@ impl Lock {
     /// watchdog renews it until the guard is released (see [`LockGuard::lost`]).
     ///
     /// Waits without limit; use [`try_lock_for`](Self::try_lock_for) to bound the wait.
+    ///
+    /// Re-entrant per owner: a second `lock()` by the task (or thread) that holds the
+    /// lock returns at once with another guard. Two futures joined or selected inside
+    /// one task (`join!`, `select!`, `FuturesUnordered`) are *one* owner, so both enter;
+    /// give each its own task (`tokio::spawn`) when they must exclude each other. A
+    /// task spawned by the holder is another owner and waits.
+    ///
+    /// # Errors
+    ///
+    /// - Input: [`Error::EmptyName`], [`Error::NameTooLong`],
+    ///   [`Error::NameNotClusterSafe`], checked before anything is sent.
+    /// - [`Error::WrongType`]: the key holds something other than a lock hash.
+    /// - [`Error::BadTokenCounter`]: the fencing counter cannot issue a token; no hold
+    ///   was taken.
+    /// - [`Error::PermissionDenied`], [`Error::AuthFailed`]: refused by Redis.
+    /// - Transient ([`Error::is_transient`]): [`Error::Unavailable`],
+    ///   [`Error::Timeout`], [`Error::NotReplicated`]. The first attempt reports them
+    ///   at once; once waiting, they are ridden out for the client's
+    ///   [`retry_window`](crate::ClientBuilder::retry_window).
+    ///
+    /// # Time
+    ///
+    /// Unbounded while the lock is held by others. A grant that arrives after the lease
+    /// it granted has run out (Redis stalled longer than the lease) is given back and the
+    /// wait goes on: the guard returned is never already lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves no hold and no subscription behind. An
+    /// acquire already sent finishes in the background, and a hold it took is released
+    /// there.
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn lock(&self) -> Result<LockGuard> {
         self.acquire_unbounded(None).await
     }
 
     /// Waits until the lock is taken, with a fixed lease and no watchdog: the lock
-    /// expires `lease` after it was taken unless released before.
+    /// expires `lease` after it was taken unless released before. Re-entry adds a hold
+    /// and never shortens a longer lease the holder already has.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock), and [`Error::InvalidLease`] or
+    /// [`Error::DurationOutOfRange`] for a lease under 1 ms or beyond
+    /// [`MAX_DURATION`].
+    ///
+    /// # Time
+    ///
+    /// Unbounded while the lock is held by others (see [`lock`](Self::lock)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
         self.acquire_unbounded(Some(lease)).await
     }
 
     /// One attempt, no waiting. `Ok(None)` when someone else holds the lock. The lock is
     /// kept by the watchdog.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock); transient errors are returned, never retried past the
+    /// bound below. [`Error::Timeout`] when Redis did not answer within one response
+    /// timeout, or answered after the lease it granted had run out.
+    ///
+    /// # Time
+    ///
+    /// Returns within one [`response_timeout`](crate::ClientBuilder::response_timeout)
+    /// (plus a few ms), whatever Redis does.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock). When the bound passes first, the attempt
+    /// finishes in the background the same way.
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
         self.acquire(None, Wait::No).await
     }
@@ -187,7 +261,27 @@ impl Lock {
     /// Tries for at most `wait` (Redisson's `tryLock(wait, lease)`). `lease: None` means
     /// a watchdog lease; `Some(lease)` a fixed one. Returns `Ok(None)` once `wait` has
     /// passed, measured on the monotonic clock, without the lock. A zero `wait` makes one
-    /// attempt.
+    /// attempt, as [`try_lock`](Self::try_lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_with_lease`](Self::lock_with_lease), and
+    /// [`Error::DurationOutOfRange`] for a `wait` beyond [`MAX_DURATION`]. A Redis that
+    /// stalls past the deadline gives `Ok(None)`, not an error.
+    ///
+    /// # Time
+    ///
+    /// Returns by `now + wait` plus a few ms (measured: 200 ms waits returned after
+    /// 200-203 ms while Redis was stopped), even with an attempt in flight at the
+    /// deadline: that attempt finishes in the background.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn try_lock_for(
         &self,
         wait: Duration,
@@ -645,8 +739,23 @@ impl Lock {
         }
     }
 
-    /// Deletes the lock whoever holds it, and wakes a waiter. Returns whether a lock was
-    /// deleted. Guards of this client on this name report [`lost`](LockGuard::lost).
+    /// Deletes the lock whoever holds it, and wakes its waiters (Redisson's
+    /// `forceUnlock`). Returns whether a lock was deleted. Guards of this client on this
+    /// name report [`lost`](LockGuard::lost).
+    ///
+    /// # Errors
+    ///
+    /// Name errors as for [`lock`](Self::lock); [`Error::PermissionDenied`] when ACL
+    /// forbids the publish (nothing is deleted then); transient errors as they come.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the delete sent or not; either way no hold of
+    /// this client is left counted.
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn force_unlock(&self) -> Result<bool> {
         self.check_name()?;
         let inner = self.inner();
@@ -656,7 +765,16 @@ impl Lock {
         Ok(deleted)
     }
 
-    /// Whether anyone holds the lock now.
+    /// Whether anyone holds the lock now. One round trip, bounded by the response
+    /// timeout.
+    ///
+    /// # Errors
+    ///
+    /// Name errors as for [`lock`](Self::lock); transient errors as they come.
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn is_locked(&self) -> Result<bool> {
         self.check_name()?;
         let reply = raw::query(
@@ -669,12 +787,29 @@ impl Lock {
     }
 
     /// Whether the calling task (or thread) holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`hold_count`](Self::hold_count).
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn is_held_by_current_task(&self) -> Result<bool> {
         Ok(self.hold_count().await? > 0)
     }
 
     /// How many holds the calling task (or thread) has on the lock; 0 if none. This is
     /// the hash's count plus the watchdog re-entries this client keeps locally.
+    ///
+    /// # Errors
+    ///
+    /// Name errors as for [`lock`](Self::lock); [`Error::WrongType`] when the key is
+    /// not a lock hash; transient errors as they come.
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn hold_count(&self) -> Result<u32> {
         self.check_name()?;
         let (_, field) = self.current_field();
@@ -693,6 +828,14 @@ impl Lock {
 
     /// Time until the lock expires: `None` when it is not locked. A key without expiry
     /// (not written by a lease lock) reports `Duration::MAX`.
+    ///
+    /// # Errors
+    ///
+    /// Name errors as for [`lock`](Self::lock); transient errors as they come.
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
         self.check_name()?;
         let reply = raw::query(
@@ -1022,8 +1165,14 @@ impl LockGuard {
     }
 
     /// Whether the lock is known to be lost: the watchdog found it gone or taken over,
-    /// or could not renew it before its lease ran out, or (for a fixed lease) the lease
-    /// has run out.
+    /// or the lease the client last confirmed has run out (for a fixed lease: the
+    /// lease). That lease is counted on the monotonic clock from the send of the request
+    /// that confirmed it, so this turns true no later than the key can expire on Redis,
+    /// whether or not the watchdog could run meanwhile (a blocked thread, a paused
+    /// process, a stalled Redis). Once true, it stays true.
+    ///
+    /// Check it right before a write the lock protects; what a pause *after* the check
+    /// can do only a fencing token stops (see [`fencing_token`](Self::fencing_token)).
     pub fn is_lost(&self) -> bool {
         let state = self.state();
         match &state.kind {
@@ -1032,9 +1181,9 @@ impl LockGuard {
         }
     }
 
-    /// Completes when the lock is lost (see [`is_lost`](Self::is_lost)); pending forever
-    /// while it is held. Race it against the critical section to stop work that is no
-    /// longer protected:
+    /// Completes when the lock is lost (see [`is_lost`](Self::is_lost)), at the latest
+    /// when the confirmed lease runs out; pending while it is held. Race it against the
+    /// critical section to stop work that is no longer protected:
     ///
     /// ```no_run
     /// # async fn demo(lock: redis_rlock::Lock) -> redis_rlock::Result<()> {
@@ -1054,12 +1203,28 @@ impl LockGuard {
         }
     }
 
-    /// Releases this hold and reports the outcome. [`Error::NotHeld`] means the lock had
-    /// expired or was taken over before; [`Error::LeaseLost`] that the watchdog already
-    /// knew so, and nothing was sent.
+    /// Releases this hold and reports the outcome.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::NotHeld`]: the lock had expired or was taken over before.
+    /// - [`Error::LeaseLost`]: the guard already knew it was lost. Whatever Redis may
+    ///   still keep under this holder's field (a renewal that landed after the client
+    ///   gave up on the lease) is deleted all the same, unless another hold or request
+    ///   of the same owner uses the field.
+    /// - [`Error::PermissionDenied`]: ACL forbids the unlock's publish; the lock is left
+    ///   as it was, and expires with its lease.
+    /// - Transient errors once the retries are spent; the hold then expires with its
+    ///   lease.
+    ///
+    /// # Cancel safety
     ///
     /// Cancel safe: if this future is dropped after the unlock was sent, it completes in
     /// the background.
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn unlock(mut self) -> Result<()> {
         let Some(state) = self.state.take() else {
             return Ok(());
