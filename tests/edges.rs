@@ -459,3 +459,38 @@ async fn a_restart_without_persistence_is_reported_within_one_period() {
         "{worst:?} with a {period:?} renewal period"
     );
 }
+
+/// The key is deleted, or taken over by another holder, under a held guard: the next
+/// renewal finds it, so `lost()` completes within one renewal period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_or_taken_over_key_is_reported_within_one_period() {
+    let s = RedisServer::start();
+    let wd = Duration::from_millis(1500);
+    let period = wd / 3;
+    let c = client_with(&s.url(), wd, Duration::from_millis(500)).await;
+    for (trial, takeover) in [(0, false), (1, true), (2, false), (3, true)] {
+        let name = format!("edge:gone:{trial}");
+        let g = c.lock(name.as_str()).lock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100 * trial)).await;
+        let _: i64 = s.cmd(&["DEL", &name]);
+        if takeover {
+            let _: i64 = s.cmd(&["HSET", &name, "someone-else:1", "1"]);
+        }
+        let gone = Instant::now();
+        tokio::time::timeout(wd * 2, g.lost())
+            .await
+            .expect("loss not reported");
+        let took = gone.elapsed();
+        let cause = if takeover { "taken_over" } else { "deleted" };
+        figure(&format!("{cause}_lost_after_trial_{trial}"), took);
+        assert!(took < period + period / 2, "{took:?}");
+        assert!(matches!(g.unlock().await, Err(Error::LeaseLost { .. })));
+        if takeover {
+            // The lost guard's unlock left the new holder alone.
+            assert_eq!(
+                s.cmd::<Option<i64>>(&["HGET", &name, "someone-else:1"]),
+                Some(1)
+            );
+        }
+    }
+}
