@@ -335,6 +335,12 @@ impl ClientBuilder {
 /// It is cheap to clone; clones share all of that. The watchdog stops when the last
 /// clone and the last guard are dropped; locks still held then expire after their lease.
 ///
+/// Its background work (the watchdog, releases of dropped guards) runs on the runtime the
+/// client was built in. If that runtime shuts down while the client is still used from
+/// another one, every lock held at that moment is reported lost at once (no renewal can
+/// happen), and the next lock taken moves the watchdog to the runtime it runs on. Waiters
+/// of a client whose pub/sub task went with the old runtime wake by the holder's TTL.
+///
 /// ```no_run
 /// # async fn demo() -> redis_rlock::Result<()> {
 /// let client = redis_rlock::Client::connect("redis://127.0.0.1:6379").await?;
