@@ -14,23 +14,65 @@
 //! `tokio::spawn` is a different owner, so it contends with its parent (a child that
 //! waits for a lock its parent holds, while the parent awaits the child, deadlocks).
 //! Futures joined with `join!`/`select!` inside one task share its owner id and
-//! therefore re-enter each other's locks. A guard stores the owner id it was taken with,
-//! so moving it to another task and unlocking there releases the right hold.
+//! therefore re-enter each other's locks, unless each runs in its own
+//! [`OwnerId::scope`]. A guard stores the owner id it was taken with, so moving it to
+//! another task and unlocking there releases the right hold.
+//!
+//! Task ids and reuse: tokio documents that a task's id may be given to a new task once
+//! the old one has exited and no `JoinHandle` of it remains, which a guard can outlive.
+//! A reused id would then re-enter the old task's hold. Tokio 1.x (checked up to 1.54)
+//! draws ids from one process-wide 64-bit counter and never gives one out twice; the test
+//! `task_ids_are_not_reused` pins that down, and scoped owners use a counter of this
+//! crate's own, which never repeats.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The identity of a lock holder within one client: a tokio task or an OS thread.
+tokio::task_local! {
+    /// The owner set by [`OwnerId::run`] for the future it runs.
+    static SCOPED: OwnerId;
+}
+
+/// The identity of a lock holder within one client: a tokio task, an OS thread, or a
+/// scope of its own.
+///
+/// By default the owner is the calling tokio task, so nested `lock()` calls in one task
+/// re-enter, and a spawned task is another owner. Futures run *concurrently inside one
+/// task* (`join!`, `select!`, `FuturesUnordered`) share that owner, so they do not
+/// exclude each other:
+///
+/// ```no_run
+/// # async fn demo(lock: redis_rlock::Lock) -> redis_rlock::Result<()> {
+/// use redis_rlock::OwnerId;
+/// let work = |i: u32| {
+///     let lock = lock.clone();
+///     // Each future is its own owner: the two exclude each other.
+///     OwnerId::scope(async move {
+///         let guard = lock.lock().await?;
+///         println!("{i} inside");
+///         guard.unlock().await
+///     })
+/// };
+/// let (a, b) = tokio::join!(work(1), work(2));
+/// a?;
+/// b?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OwnerId {
     /// A tokio task.
     Task(tokio::task::Id),
     /// An OS thread outside any tokio task; the number is this process's own count.
     Thread(u64),
+    /// An owner made by [`OwnerId::unique`] (or [`OwnerId::scope`]); the number is this
+    /// process's own count.
+    Scoped(u64),
 }
 
 impl OwnerId {
-    /// The owner id of the caller: its tokio task, or else its thread.
+    /// The owner id of the caller: the owner of the innermost [`run`](Self::run) or
+    /// [`scope`](Self::scope) it is in, else its tokio task, else its thread.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -42,10 +84,43 @@ impl OwnerId {
     /// # }
     /// ```
     pub fn current() -> OwnerId {
+        if let Ok(scoped) = SCOPED.try_with(|owner| *owner) {
+            return scoped;
+        }
         match tokio::task::try_id() {
             Some(id) => OwnerId::Task(id),
             None => OwnerId::Thread(THREAD_NUMBER.with(|n| *n)),
         }
+    }
+}
+
+impl OwnerId {
+    /// A new owner id, equal to no other this process has made or will make.
+    pub fn unique() -> OwnerId {
+        OwnerId::Scoped(NEXT_SCOPED.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Runs `fut` as a new owner ([`OwnerId::unique`]): locks taken inside it, however
+    /// deep, belong to that owner, so nested `lock()` calls inside it re-enter, and
+    /// other futures of the same task (outside the scope, or in scopes of their own)
+    /// wait. Tasks spawned inside it are owners of their own, as everywhere.
+    ///
+    /// # Cancel safety
+    ///
+    /// As cancel safe as `fut`.
+    pub fn scope<F: Future>(fut: F) -> impl Future<Output = F::Output> {
+        OwnerId::unique().run(fut)
+    }
+
+    /// Runs `fut` with `self` as its owner id, for a caller that manages owners itself:
+    /// two calls with the same id are one owner (they re-enter each other's locks) even
+    /// in different tasks.
+    ///
+    /// # Cancel safety
+    ///
+    /// As cancel safe as `fut`.
+    pub fn run<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
+        SCOPED.scope(self, fut)
     }
 }
 
@@ -54,11 +129,13 @@ impl fmt::Display for OwnerId {
         match self {
             OwnerId::Task(id) => write!(f, "{id}"),
             OwnerId::Thread(n) => write!(f, "thread-{n}"),
+            OwnerId::Scoped(n) => write!(f, "scope-{n}"),
         }
     }
 }
 
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+static NEXT_SCOPED: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     // std's ThreadId has no stable numeric form, so threads get numbers of our own.
@@ -81,6 +158,43 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a, OwnerId::current());
         assert!(a.to_string().starts_with("thread-"));
+    }
+
+    #[tokio::test]
+    async fn task_ids_are_not_reused() {
+        // Tasks that ended with their handles dropped are the ones whose ids tokio's
+        // docs allow to come back; the owner of a guard that outlived its task must
+        // not be one of them.
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..20_000 {
+            let id = tokio::spawn(async { tokio::task::id() }).await.unwrap();
+            assert!(seen.insert(id), "task id {id} given out twice");
+        }
+    }
+
+    #[tokio::test]
+    async fn scopes_override_the_task_and_nest() {
+        let task = OwnerId::current();
+        let (a, b) = tokio::join!(
+            OwnerId::scope(async { OwnerId::current() }),
+            OwnerId::scope(async { OwnerId::current() })
+        );
+        assert_ne!(a, b);
+        assert_ne!(a, task);
+        assert!(a.to_string().starts_with("scope-"));
+        let outer = OwnerId::unique();
+        outer
+            .run(async {
+                assert_eq!(OwnerId::current(), outer);
+                let inner = OwnerId::scope(async { OwnerId::current() }).await;
+                assert_ne!(inner, outer);
+                assert_eq!(OwnerId::current(), outer);
+                // A spawned task is its own owner, scope or not.
+                let child = tokio::spawn(async { OwnerId::current() }).await.unwrap();
+                assert!(matches!(child, OwnerId::Task(_)));
+            })
+            .await;
+        assert_eq!(OwnerId::current(), task);
     }
 
     #[tokio::test]

@@ -61,7 +61,9 @@ enum Wait {
     Until(Option<Instant>),
 }
 
-/// A named distributed lock, reentrant per tokio task (see [`OwnerId`]).
+/// A named distributed lock, reentrant per tokio task (see [`OwnerId`]; futures run
+/// concurrently inside one task are one owner unless each runs in its own
+/// [`OwnerId::scope`]).
 ///
 /// Made by [`Client::lock`]; cheap to clone. Every method that takes the lock returns a
 /// [`LockGuard`] that releases one hold.
@@ -169,11 +171,24 @@ impl Lock {
     ///
     /// Waits without limit; use [`try_lock_for`](Self::try_lock_for) to bound the wait.
     ///
-    /// Re-entrant per owner: a second `lock()` by the task (or thread) that holds the
-    /// lock returns at once with another guard. Two futures joined or selected inside
-    /// one task (`join!`, `select!`, `FuturesUnordered`) are *one* owner, so both enter;
-    /// give each its own task (`tokio::spawn`) when they must exclude each other. A
-    /// task spawned by the holder is another owner and waits.
+    /// Re-entrant per owner (see [`OwnerId`]): a second `lock()` by the task (or thread)
+    /// that holds the lock returns at once with another guard. A task spawned by the
+    /// holder is another owner and waits.
+    ///
+    /// **Futures joined or selected inside one task** (`join!`, `select!`,
+    /// `FuturesUnordered`) are *one* owner, so both enter. Run each in its own
+    /// [`OwnerId::scope`] (or its own task) when they must exclude each other:
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: redis_rlock::Lock) -> redis_rlock::Result<()> {
+    /// use redis_rlock::OwnerId;
+    /// let one = OwnerId::scope(async { lock.lock().await?.unlock().await });
+    /// let two = OwnerId::scope(async { lock.lock().await?.unlock().await });
+    /// let (a, b) = tokio::join!(one, two); // one at a time inside
+    /// a?;
+    /// b?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
