@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use uuid::Uuid;
 
+use crate::background::{Background, Signal, Spawner};
 use crate::connection::{open_client, Conn};
 use crate::error::{Error, Result};
 use crate::janitor::Janitor;
@@ -293,7 +294,10 @@ impl ClientBuilder {
         let runtime = Handle::try_current().map_err(|_| {
             Error::InvalidConfig("Client::build must run inside a tokio runtime".into())
         })?;
-        let conn = Conn::connect(&self.deployment, &config, &runtime).await?;
+        let background = Arc::new(Background::default());
+        // Services started before a failure below must not outlive the failed build.
+        let started = StopOnDrop(Some(background.clone()));
+        let conn = Conn::connect(&self.deployment, &config, &runtime, &background).await?;
         // A connection may open and still have every command refused (no password where
         // one is required): ask once, so that it shows here, typed, not at the first lock.
         // A user whose ACL lacks PING is authenticated all the same.
@@ -305,13 +309,15 @@ impl ClientBuilder {
             },
         }
         let id = Uuid::new_v4().to_string();
-        let watchdog = Watchdog::start(conn.clone(), &config, &runtime);
-        let pubsub = PubSubHub::start(&self.deployment, &conn, &config, &runtime).await?;
-        let janitor = Janitor::start(conn.clone(), &runtime);
+        let watchdog = Watchdog::start(conn.clone(), &config, &runtime, &background);
+        let pubsub =
+            PubSubHub::start(&self.deployment, &conn, &config, &runtime, &background).await?;
+        let janitor = Janitor::start(conn.clone(), &runtime, &background);
         let handover = Arc::new(crate::handover::Handover::new(
             config.handover_limit,
             config.handover_window,
         ));
+        started.disarm();
         Ok(Client {
             inner: Arc::new(ClientInner {
                 id,
@@ -323,8 +329,27 @@ impl ClientBuilder {
                 fixed: Default::default(),
                 handover,
                 inflight: Default::default(),
+                background,
+                closed: Signal::default(),
             }),
         })
+    }
+}
+
+/// Stops the services of a client whose build failed.
+struct StopOnDrop(Option<Arc<Background>>);
+
+impl StopOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(background) = &self.0 {
+            background.stop_services();
+        }
     }
 }
 
@@ -365,6 +390,17 @@ pub(crate) struct ClientInner {
     pub(crate) fixed: crate::lock::FixedHolds,
     pub(crate) handover: Arc<crate::handover::Handover>,
     pub(crate) inflight: Arc<crate::inflight::InFlight>,
+    pub(crate) background: Arc<Background>,
+    /// Set by [`Client::shutdown`]: no new acquisition, waiters leave with `Closed`.
+    pub(crate) closed: Signal,
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        // The last handle and the last guard are gone: nothing may keep running for a
+        // client nobody can use.
+        self.background.stop_services();
+    }
 }
 
 impl ClientInner {
@@ -382,6 +418,22 @@ impl ClientInner {
     /// The runtime for this client's background work (see [`Watchdog::home`]).
     pub(crate) fn runtime(&self) -> Handle {
         self.watchdog.home()
+    }
+
+    /// Where this client's errands go (see [`crate::background`]).
+    pub(crate) fn spawner(&self) -> Spawner {
+        Spawner {
+            background: self.background.clone(),
+            runtime: self.runtime(),
+        }
+    }
+
+    /// `Err(Closed)` once the client was shut down.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.is_set() {
+            return Err(Error::Closed);
+        }
+        Ok(())
     }
 
     pub(crate) fn hands_over(&self) -> bool {
@@ -458,6 +510,82 @@ impl Client {
     /// The lease of watchdog-renewed locks.
     pub fn watchdog_timeout(&self) -> Duration {
         self.inner.config.watchdog_timeout
+    }
+
+    /// Shuts the client down, for a service that stops: after it, no lock of this
+    /// client is left held in Redis and no task of the client runs.
+    ///
+    /// In order: new acquisitions fail with [`Error::Closed`], and so do waiting ones,
+    /// at once; every hold the client still has (held guards, watchdog or fixed lease)
+    /// is released in Redis, waking other clients' waiters; releases of dropped guards
+    /// and requests still finishing in the background are waited for; pending request
+    /// latches are deleted; then the watchdog, the pub/sub connection and every other
+    /// task of the client stop. Guards still alive report [`LockGuard::is_lost`] (their
+    /// lock was released), and their `unlock()` answers [`Error::Closed`].
+    ///
+    /// Clones of the client are shut down with it. Calling it again does the remaining
+    /// work again and returns.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] if all that took longer than one request's worth of timeouts
+    /// and retries (3 x (response + connect timeout) + 100 ms); whatever was not
+    /// released then expires with its lease. Errors of single releases are logged.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the client closed; releases already sent finish in
+    /// the background, and the tasks it did not stop yet stop when the last handle of
+    /// the client is dropped.
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
+    ///
+    /// [`LockGuard::is_lost`]: crate::LockGuard::is_lost
+    pub async fn shutdown(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.closed.set();
+        let limit = inner.offer_bound();
+        let mut holds = inner.watchdog.drain();
+        holds.extend(inner.fixed.drain());
+        holds.sort();
+        holds.dedup();
+        let work = async {
+            let releases = holds
+                .iter()
+                .map(|(name, field)| crate::lock::release_field(inner, name, field));
+            for (outcome, (name, _)) in futures_util::future::join_all(releases)
+                .await
+                .into_iter()
+                .zip(&holds)
+            {
+                if let Err(e) = outcome {
+                    tracing::warn!(lock = %name, error = %e, "shutdown could not release a hold; it expires with its lease");
+                }
+            }
+            // Errands may start requests and requests errands (a cancelled acquire's
+            // undo): wait until both are quiet at once.
+            loop {
+                inner.background.errands_done().await;
+                inner.inflight.all_settled().await;
+                if inner.background.errands_idle() {
+                    break;
+                }
+            }
+            inner.janitor.flush().await;
+        };
+        let finished = tokio::time::timeout(limit, work).await.is_ok();
+        inner.background.stop_services();
+        if finished {
+            tracing::debug!(released = holds.len(), "client shut down");
+            Ok(())
+        } else {
+            Err(Error::Timeout {
+                op: "shutdown",
+                after: limit,
+            })
+        }
     }
 }
 

@@ -24,6 +24,7 @@ use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
 
+use crate::background::Background;
 use crate::client::{Config, Deployment, ReplicaSync, ShardedPubSub};
 use crate::error::{Error, Result};
 use crate::slot::key_slot;
@@ -164,6 +165,7 @@ impl Conn {
         deployment: &Deployment,
         config: &Config,
         runtime: &Handle,
+        background: &Background,
     ) -> Result<Conn> {
         let backend = match deployment {
             Deployment::Single { url } => {
@@ -173,7 +175,8 @@ impl Conn {
                 sentinels,
                 master_name,
             } => Backend::Sentinel(
-                SentinelMaster::connect(sentinels, master_name, config, runtime).await?,
+                SentinelMaster::connect(sentinels, master_name, config, runtime, background)
+                    .await?,
             ),
             Deployment::Cluster { nodes } => {
                 let client = cluster_client(nodes, config, None)?;
@@ -189,7 +192,10 @@ impl Conn {
                     per_slot: RwLock::new(vec![0; crate::slot::SLOTS as usize]),
                 });
                 replicas.refresh(&conn).await;
-                runtime.spawn(scan_cluster(conn.clone(), Arc::downgrade(&replicas)));
+                background.service(
+                    runtime,
+                    scan_cluster(conn.clone(), Arc::downgrade(&replicas)),
+                );
                 Backend::Cluster(conn, replicas)
             }
         };
@@ -423,6 +429,7 @@ impl SentinelMaster {
         master_name: &str,
         config: &Config,
         runtime: &Handle,
+        background: &Background,
     ) -> Result<Arc<SentinelMaster>> {
         if urls.is_empty() {
             return Err(Error::InvalidConfig("no sentinel address given".into()));
@@ -445,7 +452,7 @@ impl SentinelMaster {
             generation: watch::channel(0).0,
             kick: Notify::new(),
         });
-        runtime.spawn(follow(Arc::downgrade(&this)));
+        background.service(runtime, follow(Arc::downgrade(&this)));
         Ok(this)
     }
 

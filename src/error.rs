@@ -118,6 +118,11 @@ pub enum Error {
         key: String,
     },
 
+    /// The client was shut down ([`Client::shutdown`](crate::Client::shutdown)): it
+    /// takes no lock any more, and its waiters left with this error.
+    #[error("the client was shut down")]
+    Closed,
+
     /// Redis did not answer in time.
     #[error("Redis did not answer within {after:?} ({op})")]
     Timeout {

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
-use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
+use crate::background::Spawner;
 use crate::watchdog::SlotKey;
 
 type Orphan<T> = Box<dyn FnOnce(T) -> BoxFuture<'static, ()> + Send>;
@@ -31,12 +31,12 @@ pub(crate) struct Completing<T: Send + 'static> {
     /// and a future that panicked once is never polled again.
     in_poll: bool,
     orphan: Option<Orphan<T>>,
-    runtime: Handle,
+    spawner: Spawner,
 }
 
 impl<T: Send + 'static> Completing<T> {
     /// Wraps `fut`; `orphan` receives its output when nobody waits for it any more.
-    pub(crate) fn new<F, O, OF>(runtime: Handle, fut: F, orphan: O) -> Self
+    pub(crate) fn new<F, O, OF>(spawner: Spawner, fut: F, orphan: O) -> Self
     where
         F: Future<Output = T> + Send + 'static,
         O: FnOnce(T) -> OF + Send + 'static,
@@ -47,7 +47,7 @@ impl<T: Send + 'static> Completing<T> {
             started: false,
             in_poll: false,
             orphan: Some(Box::new(move |v| Box::pin(orphan(v)))),
-            runtime,
+            spawner,
         }
     }
 }
@@ -84,7 +84,7 @@ impl<T: Send + 'static> Drop for Completing<T> {
         }
         if let (Some(fut), Some(orphan)) = (self.fut.take(), self.orphan.take()) {
             // If the runtime is gone, so is the connection: the lease bounds what is left.
-            self.runtime.spawn(async move {
+            self.spawner.errand(async move {
                 let out = fut.await;
                 orphan(out).await;
             });
@@ -103,6 +103,8 @@ impl<T: Send + 'static> Drop for Completing<T> {
 #[derive(Default)]
 pub(crate) struct InFlight {
     fields: Mutex<HashMap<SlotKey, (u32, Arc<Notify>)>>,
+    /// Told when the last request in flight settles.
+    none: Notify,
 }
 
 /// One request in flight; dropping it settles it.
@@ -127,6 +129,19 @@ impl InFlight {
         self.fields
             .lock()
             .contains_key(&(name.clone(), field.clone()))
+    }
+
+    /// Waits until no request of any field is in flight.
+    pub(crate) async fn all_settled(&self) {
+        loop {
+            let none = self.none.notified();
+            tokio::pin!(none);
+            none.as_mut().enable();
+            if self.fields.lock().is_empty() {
+                return;
+            }
+            none.await;
+        }
     }
 
     /// Waits until no request of `(name, field)` is in flight, at most `limit`: a request
@@ -159,6 +174,9 @@ impl Drop for InFlightGuard {
             if entry.0 == 0 {
                 let (_, notify) = fields.remove(&self.key).expect("present");
                 notify.notify_waiters();
+                if fields.is_empty() {
+                    self.registry.none.notify_waiters();
+                }
             }
         }
     }
@@ -182,7 +200,11 @@ mod tests {
             }
         }
         let fut = Panicky(polls.clone());
-        let completing = Completing::new(Handle::current(), fut, |_: ()| async {});
+        let spawner = Spawner {
+            background: Default::default(),
+            runtime: tokio::runtime::Handle::current(),
+        };
+        let completing = Completing::new(spawner, fut, |_: ()| async {});
         let caught = std::panic::AssertUnwindSafe(completing)
             .catch_unwind()
             .await;

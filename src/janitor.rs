@@ -9,9 +9,12 @@
 //! second: the waking task and its `DEL` land between the hand-overs). A latch that is
 //! never deleted (client gone, Redis down) expires by its own TTL.
 
-use tokio::runtime::Handle;
-use tokio::sync::mpsc;
+use std::sync::Arc;
 
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::background::Background;
 use crate::connection::Conn;
 
 /// Keys per `DEL` at most.
@@ -21,35 +24,58 @@ const BATCH: usize = 512;
 /// a key costs no wake-up.
 const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 
+enum Job {
+    Delete(String),
+    /// Delete what is queued now, without gathering, then say so.
+    Flush(oneshot::Sender<()>),
+}
+
 pub(crate) struct Janitor {
-    queue: mpsc::UnboundedSender<String>,
+    queue: mpsc::UnboundedSender<Job>,
 }
 
 impl Janitor {
-    pub(crate) fn start(conn: Conn, runtime: &Handle) -> Janitor {
+    pub(crate) fn start(conn: Conn, runtime: &Handle, background: &Arc<Background>) -> Janitor {
         let (queue, rx) = mpsc::unbounded_channel();
-        runtime.spawn(run(conn, rx));
+        background.service(runtime, run(conn, rx));
         Janitor { queue }
     }
 
     /// Queues `key` for deletion.
     pub(crate) fn discard(&self, key: String) {
-        let _ = self.queue.send(key);
+        let _ = self.queue.send(Job::Delete(key));
+    }
+
+    /// Deletes every latch queued so far. Returns when that was tried (or the janitor is
+    /// gone).
+    pub(crate) async fn flush(&self) {
+        let (done, flushed) = oneshot::channel();
+        if self.queue.send(Job::Flush(done)).is_ok() {
+            let _ = flushed.await;
+        }
     }
 }
 
-async fn run(conn: Conn, mut rx: mpsc::UnboundedReceiver<String>) {
+async fn run(conn: Conn, mut rx: mpsc::UnboundedReceiver<Job>) {
     let mut behind = false;
     while let Some(first) = rx.recv().await {
-        // After a full batch more are waiting already: no pause then, so deletion keeps
-        // up with any rate.
-        if !behind {
-            tokio::time::sleep(GATHER).await;
+        let mut keys = Vec::new();
+        let mut flushed = Vec::new();
+        match first {
+            Job::Delete(k) => {
+                keys.push(k);
+                // After a full batch more are waiting already: no pause then, so
+                // deletion keeps up with any rate.
+                if !behind {
+                    tokio::time::sleep(GATHER).await;
+                }
+            }
+            Job::Flush(done) => flushed.push(done),
         }
-        let mut keys = vec![first];
         while keys.len() < BATCH {
             match rx.try_recv() {
-                Ok(k) => keys.push(k),
+                Ok(Job::Delete(k)) => keys.push(k),
+                Ok(Job::Flush(done)) => flushed.push(done),
                 Err(_) => break,
             }
         }
@@ -59,6 +85,11 @@ async fn run(conn: Conn, mut rx: mpsc::UnboundedReceiver<String>) {
             if let Err(e) = conn.query(redis::cmd("DEL").arg(&group)).await {
                 tracing::debug!(keys = group.len(), error = %e, "latch cleanup failed; the latches will expire");
             }
+        }
+        // The queue is first in, first out: every key queued before a flush that was
+        // taken up here is in this batch.
+        for done in flushed {
+            let _ = done.send(());
         }
     }
 }

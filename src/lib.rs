@@ -36,6 +36,7 @@
 
 #![warn(missing_docs)]
 
+mod background;
 mod client;
 mod connection;
 mod error;

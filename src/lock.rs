@@ -327,6 +327,7 @@ impl Lock {
 
     async fn acquire(&self, lease: Option<Duration>, wait: Wait) -> Result<Option<LockGuard>> {
         self.check_name()?;
+        self.inner().check_open()?;
         if let Some(l) = lease {
             check_lease(l)?;
         }
@@ -481,6 +482,7 @@ impl Lock {
             tokio::select! {
                 _ = sub.woken(bound) => {}
                 _ = queued.waiter.picked() => {}
+                _ = self.inner().closed.wait() => {}
             }
             let woke = match queued.waiter.unpark() {
                 Woke::Offered => {
@@ -558,6 +560,7 @@ impl Lock {
         adopt: bool,
         wait: Wait,
     ) -> Result<Option<Tried>> {
+        self.inner().check_open()?;
         let until = match wait {
             Wait::No => Instant::now().checked_add(self.inner().config.response_timeout),
             Wait::Until(deadline) => deadline,
@@ -662,6 +665,14 @@ impl Lock {
                                 // The latch only matters to retries of this call, which are over.
                                 inner.janitor.discard(latch);
                             }
+                            if matches!(&other, Ok(Attempt::Acquired { .. }))
+                                && inner.closed.is_set()
+                            {
+                                // The client shut down meanwhile, and released what it
+                                // held: this hold would be nobody's.
+                                undo_grant(&inner, &hold).await;
+                                return Err(Error::Closed);
+                            }
                             if matches!(&other, Err(e) if e.may_have_run()) && fresh {
                                 // The last send may have granted what nobody will hold: a
                                 // first hold is the field itself, so giving it back is safe.
@@ -681,7 +692,7 @@ impl Lock {
                 }
             }
         };
-        let (outcome, sent) = Completing::new(inner.runtime(), request, orphan).await?;
+        let (outcome, sent) = Completing::new(inner.spawner(), request, orphan).await?;
         match outcome {
             Attempt::Busy(ttl) => Ok(Tried::Busy(ttl)),
             Attempt::Acquired { .. } if sent + effective <= Instant::now() => {
@@ -697,7 +708,7 @@ impl Lock {
                         undo_grant(&inner, &hold).await;
                     }
                 };
-                inner.runtime().spawn(undo);
+                inner.spawner().errand(undo);
                 Ok(Tried::Late(sent.elapsed()))
             }
             Attempt::Acquired { token, .. } => {
@@ -921,8 +932,7 @@ async fn undo_grant(inner: &Arc<ClientInner>, hold: &Hold) {
 
 /// Releases a hold nobody will use, in the background.
 fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
-    let runtime = inner.runtime();
-    runtime.spawn(async move {
+    inner.clone().spawner().errand(async move {
         let r = release_hold(&inner, &hold, None, 1).await;
         tracing::debug!(lock = %hold.name, outcome = ?r, "released an unused hold");
     });
@@ -991,6 +1001,27 @@ impl FixedHolds {
             .lock()
             .contains_key(&(name.clone(), field.clone()))
     }
+
+    /// Forgets every hold (the client shuts down); returns their `(name, field)`.
+    pub(crate) fn drain(&self) -> Vec<SlotKey> {
+        self.counts.lock().drain().map(|(key, _)| key).collect()
+    }
+}
+
+/// Releases everything `field` holds on `name` (the client shuts down), and wakes the
+/// lock's waiters if that frees it.
+pub(crate) async fn release_field(
+    inner: &Arc<ClientInner>,
+    name: &Arc<str>,
+    field: &Arc<str>,
+) -> Result<()> {
+    let hold = Hold {
+        name: name.clone(),
+        channel: raw::channel_name(name).into(),
+        token_key: raw::token_key(name).into(),
+        field: field.clone(),
+    };
+    release_hold(inner, &hold, None, u32::MAX).await.map(|_| ())
 }
 
 /// Gives back `holds` of the hash's count; when that may be the last hold, hands the lock
@@ -1007,7 +1038,8 @@ async fn release_hold(
     let last = keep.is_none()
         && !inner.watchdog.is_registered(&hold.name, &hold.field)
         && !inner.fixed.holds(&hold.name, &hold.field);
-    let plan = if last && inner.hands_over() {
+    // A client shutting down hands nothing to its waiters: they are leaving.
+    let plan = if last && inner.hands_over() && !inner.closed.is_set() {
         inner.handover.offer(&hold.name)
     } else {
         Offer::Publish
@@ -1190,6 +1222,10 @@ impl LockGuard {
     /// can do only a fencing token stops (see [`fencing_token`](Self::fencing_token)).
     pub fn is_lost(&self) -> bool {
         let state = self.state();
+        if state.client.inner.closed.is_set() {
+            // The client's shutdown released it.
+            return true;
+        }
         match &state.kind {
             GuardKind::Watchdog(e) => state.client.inner.watchdog.check_lost(e),
             GuardKind::Lease { expires } => Instant::now() >= *expires,
@@ -1212,9 +1248,15 @@ impl LockGuard {
     /// ```
     pub async fn lost(&self) {
         let state = self.state();
-        match &state.kind {
-            GuardKind::Watchdog(e) => state.client.inner.watchdog.lost(e).await,
-            GuardKind::Lease { expires } => tokio::time::sleep_until(*expires).await,
+        let lost = async {
+            match &state.kind {
+                GuardKind::Watchdog(e) => state.client.inner.watchdog.lost(e).await,
+                GuardKind::Lease { expires } => tokio::time::sleep_until(*expires).await,
+            }
+        };
+        tokio::select! {
+            _ = lost => {}
+            _ = state.client.inner.closed.wait() => {}
         }
     }
 
@@ -1244,6 +1286,8 @@ impl LockGuard {
         let Some(state) = self.state.take() else {
             return Ok(());
         };
+        // Shutting down released every hold of the client already.
+        state.client.inner.check_open()?;
         let span =
             tracing::debug_span!("release", lock = %state.hold.name, owner = %state.hold.field);
         async move {
@@ -1272,7 +1316,7 @@ impl LockGuard {
             let orphan = |outcome: Result<Release>| async move {
                 tracing::debug!(?outcome, "unlock finished after its caller left");
             };
-            match Completing::new(inner.runtime(), request, orphan).await? {
+            match Completing::new(inner.spawner(), request, orphan).await? {
                 Release::NotHeld => Err(Error::NotHeld {
                     name: state.hold.name.to_string(),
                     owner: state.hold.field.to_string(),
@@ -1350,13 +1394,13 @@ async fn sweep_lost(
     hold: Hold,
     in_flight: InFlightGuard,
 ) -> Result<Release> {
-    let runtime = inner.runtime();
+    let spawner = inner.spawner();
     let request = async move {
         let _in_flight = in_flight;
         release_hold(&inner, &hold, None, u32::MAX).await
     };
     // Runs to its end even if the caller leaves.
-    Completing::new(runtime, request, |_| async {}).await
+    Completing::new(spawner, request, |_| async {}).await
 }
 
 impl Drop for LockGuard {
@@ -1364,13 +1408,16 @@ impl Drop for LockGuard {
         let Some(state) = self.state.take() else {
             return;
         };
+        if state.client.inner.closed.is_set() {
+            return;
+        }
         let (holds, keep) = match state.begin_release() {
             Step::Send { holds, keep } => (holds, keep),
             Step::Lost {
                 sweep: Some(in_flight),
             } => {
                 let inner = state.client.inner.clone();
-                inner.runtime().spawn(async move {
+                inner.clone().spawner().errand(async move {
                     let outcome = sweep_lost(inner, state.hold, in_flight).await;
                     tracing::debug!(?outcome, "swept the field of a lost hold");
                 });
@@ -1379,8 +1426,7 @@ impl Drop for LockGuard {
             Step::Local | Step::Lost { sweep: None } => return,
         };
         let inner = state.client.inner.clone();
-        let runtime = inner.runtime();
-        runtime.spawn(async move {
+        inner.clone().spawner().errand(async move {
             let r = release_hold(&inner, &state.hold, keep, holds).await;
             match r {
                 Ok(Release::NotHeld) => {

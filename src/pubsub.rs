@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Notify};
 
+use crate::background::Background;
 use crate::client::{Config, Deployment};
 use crate::connection::{cluster_client, open_client, Conn, SentinelMaster};
 use crate::error::Result;
@@ -138,6 +139,7 @@ impl PubSubHub {
         conn: &Conn,
         config: &Config,
         runtime: &Handle,
+        background: &Background,
     ) -> Result<PubSubHub> {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(HubShared {
@@ -157,25 +159,21 @@ impl PubSubHub {
                 } else {
                     Mode::Classic
                 };
-                runtime.spawn(crate::pubsub::cluster::actor(
-                    weak, client, push_rx, rx, mode, timeouts,
-                ));
+                background.service(
+                    runtime,
+                    crate::pubsub::cluster::actor(weak, client, push_rx, rx, mode, timeouts),
+                );
             }
             Deployment::Single { url } => {
                 let source = Source::Fixed(Box::new(open_client(url)?));
-                runtime.spawn(actor(weak, source, rx, timeouts.0, timeouts.1));
+                background.service(runtime, actor(weak, source, rx, timeouts.0, timeouts.1));
             }
             Deployment::Sentinel { .. } => {
                 let sentinel = conn
                     .sentinel()
                     .expect("a Sentinel deployment has a Sentinel connection");
-                runtime.spawn(actor(
-                    weak,
-                    Source::Sentinel(sentinel),
-                    rx,
-                    timeouts.0,
-                    timeouts.1,
-                ));
+                let source = Source::Sentinel(sentinel);
+                background.service(runtime, actor(weak, source, rx, timeouts.0, timeouts.1));
             }
         }
         Ok(PubSubHub { shared })

@@ -26,9 +26,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
-use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::background::{Background, Signal};
 use crate::client::Config;
 use crate::connection::Conn;
 use crate::raw;
@@ -42,42 +42,11 @@ const RENEW_ATTEMPTS: u64 = 3;
 /// Keys renewed by one script call (Redisson's `lockWatchdogBatchSize`).
 pub const BATCH: usize = 100;
 
-/// A one-way flag, set when a held lock turns out to be lost.
-#[derive(Default)]
-pub(crate) struct LostSignal {
-    flag: AtomicBool,
-    notify: Notify,
-}
-
-impl LostSignal {
-    pub(crate) fn set(&self) {
-        self.flag.store(true, Ordering::SeqCst);
-        self.notify.notify_waiters();
-    }
-
-    pub(crate) fn is_set(&self) -> bool {
-        self.flag.load(Ordering::SeqCst)
-    }
-
-    pub(crate) async fn wait(&self) {
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a set() in between is not missed.
-            notified.as_mut().enable();
-            if self.is_set() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
 /// One lock held in watchdog mode by one holder of this client.
 pub(crate) struct WatchEntry {
     pub(crate) name: Arc<str>,
     pub(crate) field: Arc<str>,
-    pub(crate) lost: LostSignal,
+    pub(crate) lost: Signal,
     /// The fencing token of the hold taken in Redis; local re-entries share it.
     pub(crate) token: u64,
     /// The latest moment the lease is known to last: send time of the last successful
@@ -137,6 +106,9 @@ struct Shared {
     /// False once the timer's task was dropped while the client lived: its runtime
     /// shut down. The next lock taken moves the timer to the runtime it runs on.
     timer_alive: AtomicBool,
+    /// Set by [`Watchdog::drain`]: the client shut down, and the timer stays stopped.
+    stopped: AtomicBool,
+    background: Arc<Background>,
 }
 
 /// The per-client registry of watchdog locks, and its timer.
@@ -145,7 +117,12 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn start(conn: Conn, config: &Config, runtime: &Handle) -> Watchdog {
+    pub(crate) fn start(
+        conn: Conn,
+        config: &Config,
+        runtime: &Handle,
+        background: &Arc<Background>,
+    ) -> Watchdog {
         let shared = Arc::new(Shared {
             conn,
             lease: config.watchdog_timeout,
@@ -153,6 +130,8 @@ impl Watchdog {
             passes: Default::default(),
             home: Mutex::new(runtime.clone()),
             timer_alive: AtomicBool::new(true),
+            stopped: AtomicBool::new(false),
+            background: background.clone(),
         });
         shared.spawn_timer(runtime);
         Watchdog { shared }
@@ -163,7 +142,7 @@ impl Watchdog {
     /// first, so that locks taken from now on are renewed.
     pub(crate) fn home(&self) -> Handle {
         let shared = &self.shared;
-        if !shared.timer_alive.load(Ordering::SeqCst) {
+        if !shared.timer_alive.load(Ordering::SeqCst) && !shared.stopped.load(Ordering::SeqCst) {
             if let Ok(current) = Handle::try_current() {
                 if shared
                     .timer_alive
@@ -200,7 +179,7 @@ impl Watchdog {
                 entry: Arc::new(WatchEntry {
                     name: name.clone(),
                     field: field.clone(),
-                    lost: LostSignal::default(),
+                    lost: Signal::default(),
                     token,
                     valid_until: Mutex::new(until),
                 }),
@@ -304,6 +283,20 @@ impl Watchdog {
             .contains_key(&(name.clone(), field.clone()))
     }
 
+    /// Forgets every hold (the client shuts down), marking each lost, and stops the
+    /// timer for good. Returns the `(name, field)` of each, for their releases.
+    pub(crate) fn drain(&self) -> Vec<SlotKey> {
+        self.shared.stopped.store(true, Ordering::SeqCst);
+        let slots: Vec<(SlotKey, Slot)> = self.shared.slots.lock().drain().collect();
+        slots
+            .into_iter()
+            .map(|(key, slot)| {
+                slot.entry.lost.set();
+                key
+            })
+            .collect()
+    }
+
     /// Forgets every holder of `name` (after a force unlock), marking them lost.
     pub(crate) fn forget_name(&self, name: &str) {
         let mut slots = self.shared.slots.lock();
@@ -339,6 +332,9 @@ impl Drop for TimerTask {
         let Some(shared) = self.0.upgrade() else {
             return;
         };
+        if shared.stopped.load(Ordering::SeqCst) {
+            return;
+        }
         shared.timer_alive.store(false, Ordering::SeqCst);
         let held: Vec<Arc<WatchEntry>> = shared
             .slots
@@ -376,7 +372,8 @@ impl Shared {
 
     fn spawn_timer(self: &Arc<Self>, runtime: &Handle) {
         let task = TimerTask(Arc::downgrade(self));
-        runtime.spawn(timer(task, self.period(), runtime.clone()));
+        self.background
+            .service(runtime, timer(task, self.period(), runtime.clone()));
     }
 
     async fn pass(self: Arc<Self>) {
