@@ -13,18 +13,19 @@
 -- ARGV[7]  '1' when this request was sent before and its reply was lost, '0' the first time
 -- ARGV[8]  holder field of the next holder to hand over to, or '' to publish
 -- ARGV[9]  the next holder's lease, in ms
+-- ARGV[10] '1' for a fenced lock (a hand-over INCRs the token counter), '0' for a plain one
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
--- released and published, {2, token} when it was handed over to ARGV[8] with a new
--- fencing token. A partial release latches 0 and a hand-over its token; a full release
--- that published latches nothing: a retry finds the field gone, which the client reads
--- as "released".
+-- released and published, {2, token} when it was handed over to ARGV[8] (with a new
+-- fencing token for a fenced lock, 0 for a plain one). A partial release latches '0' and
+-- a hand-over 'h<token>'; a full release that published latches nothing: a retry finds
+-- the field gone, which the client reads as "released".
 if ARGV[7] == '1' then
-    local done = tonumber(redis.call('get', KEYS[3]))
+    local done = redis.call('get', KEYS[3])
     if done then
-        if done > 0 then
-            return {2, done}
+        if string.sub(done, 1, 1) == 'h' then
+            return {2, tonumber(string.sub(done, 2))}
         end
-        return done
+        return tonumber(done)
     end
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
@@ -41,17 +42,23 @@ if count > n then
     return 0
 end
 if ARGV[8] ~= '' then
-    -- INCR first: it is the one call that can fail (see acquire.lua), and a script is
-    -- not rolled back. A counter that cannot fence the next holder makes this a
-    -- published release instead; the waiter's own acquire then reports the counter.
-    local token = redis.pcall('incr', KEYS[4])
-    if type(token) == 'number' and token >= 1 then
+    -- For a fenced lock INCR first: it is the one call that can fail (see acquire.lua),
+    -- and a script is not rolled back. A counter that cannot fence the next holder makes
+    -- this a published release instead; the waiter's own acquire then reports it.
+    local token = 0
+    if ARGV[10] == '1' then
+        token = redis.pcall('incr', KEYS[4])
+        if type(token) ~= 'number' or token < 1 then
+            token = nil
+        end
+    end
+    if token then
         redis.call('del', KEYS[1])
         redis.call('hset', KEYS[1], ARGV[8], 1)
         redis.call('pexpire', KEYS[1], ARGV[9])
         -- Only this latch tells a retry that the hand-over happened: the next holder's
         -- field could also have been written by an acquire of its own still in flight.
-        redis.call('set', KEYS[3], token, 'px', ARGV[4])
+        redis.call('set', KEYS[3], 'h' .. token, 'px', ARGV[4])
         return {2, token}
     end
 end

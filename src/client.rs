@@ -496,10 +496,25 @@ impl Client {
         }
     }
 
-    /// A handle to the lock named `name`. Nothing is sent to Redis until it is used;
-    /// the name is checked then.
+    /// A handle to the lock named `name`, written exactly as Redisson's `RLock` writes
+    /// it (the lock hash and its channel, nothing else). Nothing is sent to Redis until
+    /// it is used; the name is checked then. Its guards carry no fencing token; use
+    /// [`fenced_lock`](Self::fenced_lock) for one.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), name.into())
+        Lock::new(self.clone(), name.into(), false)
+    }
+
+    /// A handle to the fenced lock named `name`, in Redisson's `RFencedLock` layout: the
+    /// same lock hash and channel as [`lock`](Self::lock) (the two exclude each other),
+    /// plus the counter `redisson_lock_token:{<name>}`, which every acquisition, a
+    /// re-entry included, increments inside the acquire script. Every guard carries its
+    /// own token ([`LockGuard::fencing_token`]); a re-entry therefore goes to Redis
+    /// rather than being served locally. The counter never expires: one key per name
+    /// stays in Redis, as with Redisson.
+    ///
+    /// [`LockGuard::fencing_token`]: crate::LockGuard::fencing_token
+    pub fn fenced_lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.clone(), name.into(), true)
     }
 
     /// This client's UUID, the first half of every holder field it writes.

@@ -72,6 +72,8 @@ pub(crate) struct Ticket {
     pub(crate) field: Arc<str>,
     /// The lease the waiter asked for (the watchdog timeout for watchdog locks).
     pub(crate) lease: Duration,
+    /// The waiter's lock is fenced: its grant must draw a token.
+    pub(crate) fenced: bool,
     seq: u64,
     state: Mutex<State>,
     changed: Notify,
@@ -264,6 +266,7 @@ impl Handover {
         name: &Arc<str>,
         field: &Arc<str>,
         lease: Duration,
+        fenced: bool,
     ) -> Waiter {
         Waiter {
             hub: self.clone(),
@@ -271,6 +274,7 @@ impl Handover {
             ticket: Arc::new(Ticket {
                 field: field.clone(),
                 lease,
+                fenced,
                 seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
                 state: Mutex::new(State::Free),
                 changed: Notify::new(),
@@ -393,6 +397,7 @@ impl Waiter {
         self.ticket = Arc::new(Ticket {
             field: self.ticket.field.clone(),
             lease: self.ticket.lease,
+            fenced: self.ticket.fenced,
             seq: self.ticket.seq,
             state: Mutex::new(State::Free),
             changed: Notify::new(),
@@ -442,7 +447,14 @@ mod tests {
         let h = hub(2);
         let name: Arc<str> = "n".into();
         let ws: Vec<Waiter> = (0..3)
-            .map(|i| h.waiter(&name, &format!("f{i}").into(), Duration::from_secs(1)))
+            .map(|i| {
+                h.waiter(
+                    &name,
+                    &format!("f{i}").into(),
+                    Duration::from_secs(1),
+                    false,
+                )
+            })
             .collect();
         // Parked in reverse order; first-wait order still wins.
         for w in ws.iter().rev() {
@@ -468,7 +480,7 @@ mod tests {
     async fn grant_reaches_waiter_or_comes_back() {
         let h = hub(4);
         let name: Arc<str> = "n".into();
-        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
         w.park(None);
         let t = to(h.offer("n"));
         assert_eq!(w.unpark(), Woke::Offered);
@@ -482,7 +494,7 @@ mod tests {
         assert!(!t.deliver(grant(8)));
 
         // Granted but never taken: the leaving waiter gets it back.
-        let w = h.waiter(&name, &"g".into(), Duration::from_secs(1));
+        let w = h.waiter(&name, &"g".into(), Duration::from_secs(1), false);
         w.park(None);
         let t = to(h.offer("n"));
         assert!(t.deliver(grant(9)));
@@ -493,7 +505,7 @@ mod tests {
     async fn revert_frees_the_waiter() {
         let h = hub(4);
         let name: Arc<str> = "n".into();
-        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
         w.park(None);
         let t = to(h.offer("n"));
         t.revert();
@@ -509,7 +521,7 @@ mod tests {
     async fn a_failed_unlock_leaves_the_waiter_unsure_once() {
         let h = hub(4);
         let name: Arc<str> = "n".into();
-        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
         w.park(None);
         let t = to(h.offer("n"));
         t.unsure();
@@ -527,7 +539,7 @@ mod tests {
     async fn idle_entries_are_dropped() {
         let h = Arc::new(Handover::new(4, Duration::from_millis(10)));
         let name: Arc<str> = "n".into();
-        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
         w.park(None);
         let _t = to(h.offer("n"));
         // A run is counting: the entry stays while its window lasts.
@@ -543,7 +555,7 @@ mod tests {
     async fn an_abandoned_offer_is_left_to_its_lease() {
         let h = hub(4);
         let name: Arc<str> = "n".into();
-        let mut w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        let mut w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
         w.park(None);
         let t = to(h.offer("n"));
         assert_eq!(w.abandon_offer(), Woke::Free);
@@ -559,7 +571,7 @@ mod tests {
     async fn zero_limit_never_offers() {
         let h = hub(0);
         let name: Arc<str> = "n".into();
-        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
         w.park(None);
         assert!(matches!(h.offer("n"), Offer::Publish));
     }
@@ -569,7 +581,7 @@ mod tests {
         let h = hub(4);
         let name: Arc<str> = "n".into();
         assert!(h.behind("n").is_none());
-        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
         w.park(None);
         assert!(h.behind("n").is_none(), "no lease known");
         w.unpark();
@@ -586,7 +598,14 @@ mod tests {
         let h = Arc::new(Handover::new(100, Duration::from_millis(30)));
         let name: Arc<str> = "n".into();
         let ws: Vec<Waiter> = (0..3)
-            .map(|i| h.waiter(&name, &format!("f{i}").into(), Duration::from_secs(1)))
+            .map(|i| {
+                h.waiter(
+                    &name,
+                    &format!("f{i}").into(),
+                    Duration::from_secs(1),
+                    false,
+                )
+            })
             .collect();
         for w in &ws {
             w.park(None);
@@ -602,7 +621,7 @@ mod tests {
     async fn holding_back_lasts_its_period() {
         let h = hub(1);
         let name: Arc<str> = "n".into();
-        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1));
+        let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
         w.park(None);
         assert!(h.held_back("n").is_none());
         h.hold_back("n", Duration::from_secs(60));

@@ -101,16 +101,20 @@ pub struct Lock {
     name: Arc<str>,
     channel: Arc<str>,
     token_key: Arc<str>,
+    fenced: bool,
 }
 
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock").field("name", &self.name).finish()
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .field("fenced", &self.fenced)
+            .finish()
     }
 }
 
 impl Lock {
-    pub(crate) fn new(client: Client, name: String) -> Lock {
+    pub(crate) fn new(client: Client, name: String, fenced: bool) -> Lock {
         let channel = raw::channel_name(&name).into();
         let token_key = raw::token_key(&name).into();
         Lock {
@@ -118,7 +122,14 @@ impl Lock {
             name: name.into(),
             channel,
             token_key,
+            fenced,
         }
+    }
+
+    /// Whether this is a fenced lock ([`Client::fenced_lock`]): every acquisition
+    /// draws a fencing token.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced
     }
 
     /// The lock's name, which is also its Redis key.
@@ -416,6 +427,7 @@ impl Lock {
                 &self.name,
                 &field,
                 lease.unwrap_or(self.inner().config.watchdog_timeout),
+                self.fenced,
             ),
             inner: self.inner().clone(),
             hold: self.hold(&field),
@@ -601,7 +613,8 @@ impl Lock {
         }
         let hold = self.hold(field);
         let registered = match lease {
-            None => match inner.watchdog.reenter(&self.name, field) {
+            // A fenced re-entry draws a token of its own in Redis, as Redisson's does.
+            None if !self.fenced => match inner.watchdog.reenter(&self.name, field) {
                 Ok(entry) => {
                     tracing::debug!(token = entry.token, "re-entered a held lock locally");
                     let token = entry.token;
@@ -614,7 +627,7 @@ impl Lock {
                 }
                 Err(registered) => registered,
             },
-            Some(_) => inner.watchdog.is_registered(&self.name, field),
+            _ => inner.watchdog.is_registered(&self.name, field),
         };
         let effective = lease.unwrap_or(inner.config.watchdog_timeout);
         let fresh = !registered && !inner.fixed.holds(&self.name, field);
@@ -633,6 +646,7 @@ impl Lock {
                     latch_ttl: inner.latch_ttl(),
                     fresh,
                     retry: adopt && fresh,
+                    fenced: hold.fenced,
                 };
                 let sync_retries = match inner.conn.sync() {
                     ReplicaSync::Wait {
@@ -724,6 +738,7 @@ impl Lock {
             channel: self.channel.clone(),
             token_key: self.token_key.clone(),
             field: field.clone(),
+            fenced: self.fenced,
         }
     }
 
@@ -753,13 +768,14 @@ impl Lock {
         self.guard(hold, owner, token, kind)
     }
 
+    /// `token` is what the script replied: 0 for a plain lock.
     fn guard(&self, hold: Hold, owner: OwnerId, token: u64, kind: GuardKind) -> LockGuard {
         LockGuard {
             state: Some(GuardState {
+                token: hold.fenced.then_some(token),
                 client: self.client.clone(),
                 hold,
                 owner,
-                token,
                 kind,
             }),
         }
@@ -901,6 +917,7 @@ struct Hold {
     channel: Arc<str>,
     token_key: Arc<str>,
     field: Arc<str>,
+    fenced: bool,
 }
 
 /// A waiter's place in the hand-over queue, for as long as it waits.
@@ -1020,6 +1037,8 @@ pub(crate) async fn release_field(
         channel: raw::channel_name(name).into(),
         token_key: raw::token_key(name).into(),
         field: field.clone(),
+        // No hand-over at shutdown, so the counter is not touched either way.
+        fenced: false,
     };
     release_hold(inner, &hold, None, u32::MAX).await.map(|_| ())
 }
@@ -1083,6 +1102,8 @@ async fn send_release(
         holds,
         latch_ttl: inner.latch_ttl(),
         retry: false,
+        // A fenced waiter's grant needs a token even if the releasing handle is plain.
+        fenced: hold.fenced || offer.as_ref().is_some_and(|o| o.ticket.fenced),
     };
     let mut attempt = 0;
     let outcome = loop {
@@ -1149,7 +1170,8 @@ struct GuardState {
     client: Client,
     hold: Hold,
     owner: OwnerId,
-    token: u64,
+    /// `None` for a plain lock.
+    token: Option<u64>,
     kind: GuardKind,
 }
 
@@ -1199,10 +1221,19 @@ impl LockGuard {
         &self.state().hold.field
     }
 
-    /// The fencing token of this acquisition: larger than every token issued before for
-    /// this lock name, by any client. Pass it to the protected resource, which should
-    /// refuse any token lower than the highest it has seen (see `docs/guarantees.md`).
-    pub fn fencing_token(&self) -> u64 {
+    /// The fencing token of this acquisition, for a lock from
+    /// [`Client::fenced_lock`]: larger than every token issued before for this lock
+    /// name, by any client (Redisson's `RFencedLock` included). Pass it to the protected
+    /// resource, which should refuse any token lower than the highest it has seen (see
+    /// `docs/guarantees.md`). `None` for a plain lock ([`Client::lock`]), which, like
+    /// Redisson's `RLock`, keeps no counter.
+    ///
+    /// A token of 1 means the counter started afresh: the first grant ever for this
+    /// name, or the first after the counter was lost (a Redis restart without
+    /// persistence, a failover to a replica that never had it). A resource that has seen
+    /// higher tokens then refuses every holder until tokens pass its highest again;
+    /// treat a 1 as the start of a new epoch (see `docs/guarantees.md`).
+    pub fn fencing_token(&self) -> Option<u64> {
         self.state().token
     }
 
@@ -1359,6 +1390,10 @@ impl GuardState {
                     Released::Last { remote } if !lost => Step::Send {
                         holds: remote,
                         keep: None,
+                    },
+                    Released::Partial if !lost => Step::Send {
+                        holds: 1,
+                        keep: Some(wd.lease()),
                     },
                     _ => Step::Lost {
                         sweep: self.sweepable(),

@@ -71,7 +71,8 @@ pub(crate) fn request_id() -> String {
 /// Outcome of one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// The caller now holds the lock (one more hold), with this fencing token; `latched`
+    /// The caller now holds the lock (one more hold), with this fencing token (0 for a
+    /// plain lock); `latched`
     /// when the script wrote the acquire latch, which the caller then discards.
     Acquired { token: u64, latched: bool },
     /// Someone else holds it; the value is its PTTL (`None` if the key has no expiry).
@@ -88,7 +89,7 @@ pub(crate) enum Release {
     /// The last hold released; the key is deleted and waiters were told.
     Released,
     /// The last hold released and the lock given to the waiter named in the call, with
-    /// this fencing token; nothing was published.
+    /// this fencing token (0 for a plain lock); nothing was published.
     HandedOver { token: u64 },
 }
 
@@ -125,6 +126,8 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) fresh: bool,
     /// This request was sent before and its reply was lost.
     pub(crate) retry: bool,
+    /// A fenced lock: a grant INCRs the token counter.
+    pub(crate) fenced: bool,
 }
 
 fn flag(b: bool) -> &'static str {
@@ -146,6 +149,7 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
         .arg(ms(call.latch_ttl).max(1))
         .arg(flag(call.fresh))
         .arg(flag(call.retry))
+        .arg(flag(call.fenced))
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
@@ -169,7 +173,7 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
                 waited,
             })
         }
-        (Some(1), Some(token)) if token > 0 => Ok(Attempt::Acquired {
+        (Some(1), Some(token)) if token_ok(call.fenced, token) => Ok(Attempt::Acquired {
             token: token as u64,
             latched,
         }),
@@ -181,6 +185,15 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
         (Some(0), Some(-2)) => Ok(Attempt::Busy(Some(Duration::ZERO))),
         (Some(0), Some(_)) => Ok(Attempt::Busy(None)),
         _ => Err(unexpected("acquire", &reply)),
+    }
+}
+
+/// A fenced grant carries a token of at least 1; a plain one carries 0.
+fn token_ok(fenced: bool, token: i64) -> bool {
+    if fenced {
+        token > 0
+    } else {
+        token == 0
     }
 }
 
@@ -200,6 +213,7 @@ async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         holds: 1,
         latch_ttl: call.latch_ttl,
         retry: false,
+        fenced: call.fenced,
     };
     match release(conn, &undo).await {
         Ok(r) => {
@@ -228,6 +242,8 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) latch_ttl: Duration,
     /// This request was sent before and its reply was lost.
     pub(crate) retry: bool,
+    /// A fenced lock: a hand-over INCRs the token counter.
+    pub(crate) fenced: bool,
 }
 
 pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Release> {
@@ -246,6 +262,7 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         .arg(flag(call.retry))
         .arg(call.next.map(|n| n.0).unwrap_or(""))
         .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
+        .arg(flag(call.fenced))
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
@@ -259,9 +276,11 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         Value::Nil => Ok(Release::NotHeld),
         Value::Array(ref items) if items.len() == 2 && int(&items[0]) == Some(2) => {
             match int(&items[1]) {
-                Some(token) if token > 0 && call.next.is_some() => Ok(Release::HandedOver {
-                    token: token as u64,
-                }),
+                Some(token) if token_ok(call.fenced, token) && call.next.is_some() => {
+                    Ok(Release::HandedOver {
+                        token: token as u64,
+                    })
+                }
                 _ => Err(unexpected("unlock", &reply)),
             }
         }

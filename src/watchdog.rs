@@ -92,6 +92,8 @@ pub(crate) enum Released {
     Kept,
     /// This was the last guard: give back `remote` holds in Redis.
     Last { remote: u32 },
+    /// Others remain, and each of them has its own hold in Redis: give back one.
+    Partial,
     /// The entry was already dropped as lost (or force-unlocked).
     Gone,
 }
@@ -222,13 +224,19 @@ impl Watchdog {
         match slots.get_mut(&key) {
             // Only the entry this guard registered: a lost-and-replaced entry is not ours.
             Some(slot) if Arc::ptr_eq(&slot.entry, entry) => {
-                slot.holds -= 1;
-                if slot.holds == 0 {
+                if slot.holds == 1 {
                     let remote = slot.remote;
                     slots.remove(&key);
                     Released::Last { remote }
-                } else {
+                } else if slot.holds > slot.remote {
+                    // Guards are interchangeable: one of the local re-entries ends.
+                    slot.holds -= 1;
                     Released::Kept
+                } else {
+                    // Every guard took its hold in Redis (a fenced lock's re-entries).
+                    slot.holds -= 1;
+                    slot.remote -= 1;
+                    Released::Partial
                 }
             }
             _ => Released::Gone,

@@ -332,8 +332,9 @@ async fn authentication_is_checked_at_build_and_typed() {
     c.lock("auth").lock().await.unwrap().unlock().await.unwrap();
 }
 
-/// A fencing token counter that cannot issue a positive token makes the acquisition fail
-/// with an error naming the counter, and takes no hold.
+/// A fencing token counter that cannot issue a positive token makes a fenced lock's
+/// acquisition fail with an error naming the counter, and takes no hold. A plain lock
+/// never touches the counter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_token_counter_fails_typed_and_takes_no_hold() {
     let s = RedisServer::start();
@@ -346,7 +347,7 @@ async fn a_corrupt_token_counter_fails_typed_and_takes_no_hold() {
     ] {
         let _: () = s.cmd(&["DEL", &key]);
         let _: redis::Value = s.cmd(corrupt);
-        let lock = c.lock("tok");
+        let lock = c.fenced_lock("tok");
         for r in [
             lock.lock_with_lease(Duration::from_secs(20)).await.err(),
             lock.lock().await.err(),
@@ -362,10 +363,16 @@ async fn a_corrupt_token_counter_fails_typed_and_takes_no_hold() {
             0,
             "{corrupt:?} left a hold"
         );
+        // The plain lock of the same name works, and leaves the counter as it was.
+        let before: redis::Value = s.cmd(&["DUMP", &key]);
+        let g = c.lock("tok").lock().await.unwrap();
+        assert_eq!(g.fencing_token(), None);
+        g.unlock().await.unwrap();
+        assert_eq!(s.cmd::<redis::Value>(&["DUMP", &key]), before);
     }
     let _: () = s.cmd(&["DEL", &key]);
-    let g = c.lock("tok").lock().await.unwrap();
-    assert_eq!(g.fencing_token(), 1);
+    let g = c.fenced_lock("tok").lock().await.unwrap();
+    assert_eq!(g.fencing_token(), Some(1));
     g.unlock().await.unwrap();
 }
 

@@ -44,8 +44,8 @@ fn child_worker() {
         .unwrap();
     rt.block_on(async move {
         let c = client_with(&url, wd, 1000).await;
-        let g = c.lock("fault-lock").lock().await.unwrap();
-        tell_parent(&format!("HELD {}", g.fencing_token()));
+        let g = c.fenced_lock("fault-lock").lock().await.unwrap();
+        tell_parent(&format!("HELD {}", g.fencing_token().unwrap()));
         tokio::time::sleep(Duration::from_secs(600)).await;
         drop(g);
     });
@@ -74,7 +74,7 @@ async fn f1_sigkilled_holder_frees_the_lock_after_its_lease() {
     child.kill();
     let killed = Instant::now();
     let c = client_with(&s.url(), 30_000, 1000).await;
-    let g = tokio::time::timeout(Duration::from_secs(10), c.lock("fault-lock").lock())
+    let g = tokio::time::timeout(Duration::from_secs(10), c.fenced_lock("fault-lock").lock())
         .await
         .unwrap()
         .unwrap();
@@ -89,7 +89,7 @@ async fn f1_sigkilled_holder_frees_the_lock_after_its_lease() {
         took <= ttl_at_kill + Duration::from_millis(1500),
         "acquired only after {took:?}"
     );
-    assert!(g.fencing_token() > child_token);
+    assert!(g.fencing_token().unwrap() > child_token);
     g.unlock().await.unwrap();
 }
 
@@ -107,7 +107,7 @@ async fn contend(
     let mut hs = Vec::new();
     for c in clients {
         for _ in 0..tasks {
-            let lock = c.lock("contended");
+            let lock = c.fenced_lock("contended");
             let (done, errors, url) = (done.clone(), errors.clone(), detector_url.clone());
             hs.push(tokio::spawn(async move {
                 let mut det = Overlap::new(&url, tag).await;
@@ -147,7 +147,7 @@ async fn f2_sigstop_shorter_than_the_lease_keeps_holders() {
     let (wd, resp) = (3000, 1500);
     let a = client_with(&s.url(), wd, resp).await;
     let b = client_with(&s.url(), wd, resp).await;
-    let held = a.lock("kept").lock().await.unwrap();
+    let held = a.fenced_lock("kept").lock().await.unwrap();
     let stop = Instant::now() + Duration::from_millis(2500);
     let work = tokio::spawn(contend(
         vec![a.clone(), b.clone()],
@@ -183,7 +183,7 @@ async fn f3_sigstop_longer_than_the_lease_reports_lost() {
     let s = RedisServer::start();
     let (wd, resp) = (600, 300);
     let a = client_with(&s.url(), wd, resp).await;
-    let g = a.lock("stalled").lock().await.unwrap();
+    let g = a.fenced_lock("stalled").lock().await.unwrap();
     let old_token = g.fencing_token();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stopped = Instant::now();
@@ -200,7 +200,7 @@ async fn f3_sigstop_longer_than_the_lease_reports_lost() {
     tokio::time::sleep(Duration::from_millis(1500).saturating_sub(stopped.elapsed())).await;
     s.signal("CONT");
     let b = client_with(&s.url(), 30_000, 1000).await;
-    let g2 = tokio::time::timeout(Duration::from_secs(5), b.lock("stalled").lock())
+    let g2 = tokio::time::timeout(Duration::from_secs(5), b.fenced_lock("stalled").lock())
         .await
         .unwrap()
         .unwrap();
@@ -224,7 +224,7 @@ async fn f3_blackholed_holder_is_told_and_fenced_off() {
     let wd = 600;
     let a = client_with(&proxy.url(), wd, 300).await;
     let b = client_with(&s.url(), 30_000, 1000).await;
-    let g = a.lock("partitioned").lock().await.unwrap();
+    let g = a.fenced_lock("partitioned").lock().await.unwrap();
     let mut res_a = Overlap::new(&det.url(), "f3b").await;
     assert!(res_a.enter(g.fencing_token()).await);
     let cut_at = Instant::now();
@@ -236,7 +236,7 @@ async fn f3_blackholed_holder_is_told_and_fenced_off() {
             Instant::now()
         }
     };
-    let lock_b = b.lock("partitioned");
+    let lock_b = b.fenced_lock("partitioned");
     let (lost_at, g2) = tokio::join!(lost_at, async {
         tokio::time::timeout(Duration::from_secs(5), lock_b.lock())
             .await
@@ -266,7 +266,7 @@ async fn f3_blackholed_holder_is_told_and_fenced_off() {
         .into_iter()
         .next()
         .unwrap_or(0);
-    assert!(g.fencing_token() < highest);
+    assert!(g.fencing_token().unwrap() < highest);
     res_b.leave().await;
     res_a.leave().await;
     proxy.set_blackhole(false);
@@ -336,7 +336,7 @@ async fn f5_connection_kills_and_cuts_during_operations() {
     ));
     // Reentrant holds across the chaos: an unlock must never count down twice.
     let reentrant = {
-        let lock = a.lock("f5-nested");
+        let lock = a.fenced_lock("f5-nested");
         let twice = Arc::new(AtomicU64::new(0));
         let t2 = twice.clone();
         let s_url = s.url();

@@ -73,7 +73,9 @@ async fn an_unlock_hands_the_lock_to_a_waiting_task_without_publishing() {
         .build()
         .await
         .unwrap();
-    let first = c.lock("ho").lock().await.unwrap();
+    let first = c.fenced_lock("ho").lock().await.unwrap();
+    // The waiter's handle is plain, the releaser's fenced: the grant draws a token all
+    // the same (checked below through a fenced waiter too).
     let waiter = parked_waiter(&s, &c, "ho", |l| async move { l.lock().await.unwrap() }).await;
     let published = s.calls("publish");
     let first_token = first.fencing_token();
@@ -87,7 +89,16 @@ async fn an_unlock_hands_the_lock_to_a_waiting_task_without_publishing() {
         published,
         "a hand-over publishes nothing"
     );
-    assert!(second.fencing_token() > first_token);
+    assert_eq!(
+        second.fencing_token(),
+        None,
+        "a plain guard carries no token"
+    );
+    assert_eq!(
+        s.cmd::<u64>(&["GET", &redis_rlock::token_key("ho")]),
+        first_token.unwrap() + 1,
+        "the hand-over from a fenced hold drew a token"
+    );
     assert_eq!(s.cmd::<i64>(&["HLEN", "ho"]), 1);
     assert_eq!(s.cmd::<i64>(&["HGET", "ho", second.holder_field()]), 1);
     // The handed-over hold is the watchdog's: it outlives several leases.
@@ -198,6 +209,7 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
     let s = RedisServer::start();
     let mut conn = s.conn();
     let script = redis::Script::new(include_str!("../lua/unlock.lua"));
+    let fenced = "1";
     let run = |conn: &mut redis::Connection, next: &str, retry: &str| -> redis::Value {
         script
             .key("ho-lua")
@@ -213,6 +225,7 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
             .arg(retry)
             .arg(next)
             .arg(5_000)
+            .arg(fenced)
             .invoke(conn)
             .unwrap()
     };

@@ -812,36 +812,47 @@ async fn fencing_tokens_rise_with_every_acquisition() {
     let mut last = 0;
     for round in 0..5 {
         let c = if round % 2 == 0 { &a } else { &b };
-        let outer = c.lock("fenced").lock().await.unwrap();
-        let local = c.lock("fenced").try_lock().await.unwrap().unwrap();
-        let inner = c
-            .lock("fenced")
+        let lock = c.fenced_lock("fenced");
+        assert!(lock.is_fenced());
+        let outer = lock.lock().await.unwrap();
+        let again = lock.try_lock().await.unwrap().unwrap();
+        let inner = lock
             .try_lock_for(Duration::ZERO, Some(Duration::from_secs(30)))
             .await
             .unwrap()
             .unwrap();
-        assert!(
-            outer.fencing_token() > last,
-            "{} after {last}",
-            outer.fencing_token()
+        let (o, g, i) = (
+            outer.fencing_token().unwrap(),
+            again.fencing_token().unwrap(),
+            inner.fencing_token().unwrap(),
         );
-        assert_eq!(
-            local.fencing_token(),
-            outer.fencing_token(),
-            "a local re-entry shares the hold's token"
-        );
-        assert!(
-            inner.fencing_token() > outer.fencing_token(),
-            "a re-entry through Redis gets a new token"
-        );
-        last = inner.fencing_token();
+        assert!(o > last, "{o} after {last}");
+        // Every re-entry of a fenced lock draws its own token, as Redisson's does.
+        assert!(g > o && i > g, "{o} {g} {i}");
+        assert_eq!(lock.hold_count().await.unwrap(), 3);
+        last = i;
         inner.unlock().await.unwrap();
-        local.unlock().await.unwrap();
+        again.unlock().await.unwrap();
         outer.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap());
     }
     let key = redis_rlock::token_key("fenced");
     assert_eq!(key, "redisson_lock_token:{fenced}");
     assert_eq!(s.cmd::<u64>(&["GET", &key]), last);
+    // A plain lock writes what Redisson's RLock writes: no counter.
+    let plain = a.lock("plain").lock().await.unwrap();
+    let nested = a.lock("plain").lock().await.unwrap();
+    assert_eq!(
+        (plain.fencing_token(), nested.fencing_token()),
+        (None, None)
+    );
+    nested.unlock().await.unwrap();
+    plain.unlock().await.unwrap();
+    assert_eq!(
+        s.cmd::<i64>(&["EXISTS", &redis_rlock::token_key("plain")]),
+        0,
+        "a plain lock wrote a token counter"
+    );
     assert_eq!(
         s.cmd::<i64>(&["PTTL", &key]),
         -1,
@@ -849,7 +860,7 @@ async fn fencing_tokens_rise_with_every_acquisition() {
     );
     // A counter of the wrong type fails the acquire and writes nothing.
     let _: () = s.cmd(&["SET", "redisson_lock_token:{odd}", "not-a-number"]);
-    assert!(a.lock("odd").lock().await.is_err());
+    assert!(a.fenced_lock("odd").lock().await.is_err());
     assert_eq!(s.cmd::<i64>(&["EXISTS", "odd"]), 0);
 }
 

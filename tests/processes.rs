@@ -177,7 +177,7 @@ fn child_worker() {
             .await
             .unwrap();
         let tasks: Vec<_> = (0..TASKS)
-            .map(|i| tokio::spawn(holder_loop(client.lock(LOCK), b.clone(), i, until)))
+            .map(|i| tokio::spawn(holder_loop(client.fenced_lock(LOCK), b.clone(), i, until)))
             .collect();
         for t in tasks {
             t.await.unwrap();
@@ -236,7 +236,7 @@ async fn critical_section(
     // Every gap since the grant: a section with a long one is not counted as undisturbed.
     let mut gaps = Gaps::new();
     let pid = std::process::id();
-    let token = g.fencing_token();
+    let token = g.fencing_token().expect("a fenced lock");
     let member = format!("{pid}:{token}");
     let cs = cs_key(&member);
     let read: u64 = scripts

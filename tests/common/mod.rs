@@ -390,8 +390,10 @@ impl Overlap {
         }
     }
 
-    /// Enters the critical section; returns false if someone else was inside.
-    pub async fn enter(&mut self, token: u64) -> bool {
+    /// Enters the critical section; returns false if someone else was inside. `token`
+    /// is recorded (0 for a plain lock's `None`).
+    pub async fn enter(&mut self, token: impl Into<Option<u64>>) -> bool {
+        let token = token.into().unwrap_or(0);
         let inside: i64 = redis::cmd("INCR")
             .arg(format!("{}:inside", self.tag))
             .query_async(&mut self.conn)
