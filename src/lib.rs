@@ -64,3 +64,7 @@ pub use lock::{Lock, LockGuard, MAX_DURATION, MAX_NAME_LEN};
 pub use multi::{MultiGuard, MultiLock, RedLock};
 pub use raw::{channel_name, token_key, UNLOCK_MESSAGE};
 pub use watchdog::BATCH as RENEW_BATCH;
+
+/// The redis-rs version this crate is built on, so that a caller can use its types
+/// (a `redis::Client`, errors) without pinning a version of its own.
+pub use redis;

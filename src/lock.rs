@@ -326,6 +326,113 @@ impl Lock {
         .await
     }
 
+    /// One attempt with a fixed lease, no waiting: `Ok(None)` when someone else holds
+    /// the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock`](Self::try_lock), and [`Error::InvalidLease`] or
+    /// [`Error::DurationOutOfRange`] for the lease.
+    ///
+    /// # Time
+    ///
+    /// As [`try_lock`](Self::try_lock): within one response timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
+    pub async fn try_lock_with_lease(&self, lease: Duration) -> Result<Option<LockGuard>> {
+        self.acquire(Some(lease), Wait::No).await
+    }
+
+    /// Tries until `deadline` (a `std` or tokio `Instant`), as
+    /// [`try_lock_for`](Self::try_lock_for) does for a duration; a deadline already
+    /// passed makes one attempt. `lease: None` means a watchdog lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_for`](Self::try_lock_for).
+    ///
+    /// # Time
+    ///
+    /// Returns by `deadline` plus a few ms (one response timeout for a deadline already
+    /// passed).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled.
+    pub async fn try_lock_until(
+        &self,
+        deadline: impl Into<Instant>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>> {
+        let deadline = deadline.into();
+        let wait = if deadline <= Instant::now() {
+            Wait::No
+        } else {
+            Wait::Until(Some(deadline))
+        };
+        self.acquire(lease, wait).await
+    }
+
+    /// Takes the lock ([`lock`](Self::lock)), runs `work` while holding it, releases it,
+    /// and returns what `work` returned. The hold cannot be dropped by mistake, as
+    /// `let _ = lock.lock().await?` would (that releases at once).
+    ///
+    /// If the lock is lost while `work` runs ([`LockGuard::lost`]), `work` is dropped
+    /// at its current await point and the call returns [`Error::LeaseLost`]: nothing
+    /// after that point runs unprotected.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: redis_rlock::Lock) -> redis_rlock::Result<()> {
+    /// let total = lock.run(|| async {
+    ///     // ... read, compute, write: only one holder at a time ...
+    ///     42
+    /// }).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock) for taking it; [`Error::LeaseLost`] when it was lost
+    /// during `work`; as [`LockGuard::unlock`] for the release (the output of `work` is
+    /// then not returned: it was not known to be protected to its end).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` where it is and releases the lock in the
+    /// background, as dropping a guard does.
+    ///
+    /// # Panics
+    ///
+    /// Panics if polled outside a tokio runtime with the time driver enabled, or if
+    /// `work` panics (the lock is then released in the background).
+    pub async fn run<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.lock().await?;
+        let out = tokio::select! {
+            out = work() => out,
+            _ = guard.lost() => {
+                return Err(Error::LeaseLost {
+                    name: self.name.to_string(),
+                })
+            }
+        };
+        guard.unlock().await?;
+        Ok(out)
+    }
+
     async fn acquire_unbounded(&self, lease: Option<Duration>) -> Result<LockGuard> {
         // A wait without a deadline only ends with the lock or an error; the loop states
         // that without an internal error nobody could act on.
@@ -773,7 +880,7 @@ impl Lock {
         LockGuard {
             state: Some(GuardState {
                 token: hold.fenced.then_some(token),
-                client: self.client.clone(),
+                lock: self.clone(),
                 hold,
                 owner,
                 kind,
@@ -1167,7 +1274,8 @@ enum GuardKind {
 }
 
 struct GuardState {
-    client: Client,
+    /// The handle it was taken through (its client keeps the client alive).
+    lock: Lock,
     hold: Hold,
     owner: OwnerId,
     /// `None` for a plain lock.
@@ -1209,6 +1317,13 @@ impl LockGuard {
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.state().hold.name
+    }
+
+    /// The [`Lock`] this guard was taken through (as tokio's `MutexGuard::mutex`). An
+    /// associated function, not a method, so that `guard.lock()` cannot be mistaken for
+    /// taking the lock again.
+    pub fn lock(this: &Self) -> &Lock {
+        &this.state().lock
     }
 
     /// The owner id the lock was taken with.
@@ -1253,12 +1368,12 @@ impl LockGuard {
     /// can do only a fencing token stops (see [`fencing_token`](Self::fencing_token)).
     pub fn is_lost(&self) -> bool {
         let state = self.state();
-        if state.client.inner.closed.is_set() {
+        if state.lock.client.inner.closed.is_set() {
             // The client's shutdown released it.
             return true;
         }
         match &state.kind {
-            GuardKind::Watchdog(e) => state.client.inner.watchdog.check_lost(e),
+            GuardKind::Watchdog(e) => state.lock.client.inner.watchdog.check_lost(e),
             GuardKind::Lease { expires } => Instant::now() >= *expires,
         }
     }
@@ -1281,13 +1396,13 @@ impl LockGuard {
         let state = self.state();
         let lost = async {
             match &state.kind {
-                GuardKind::Watchdog(e) => state.client.inner.watchdog.lost(e).await,
+                GuardKind::Watchdog(e) => state.lock.client.inner.watchdog.lost(e).await,
                 GuardKind::Lease { expires } => tokio::time::sleep_until(*expires).await,
             }
         };
         tokio::select! {
             _ = lost => {}
-            _ = state.client.inner.closed.wait() => {}
+            _ = state.lock.client.inner.closed.wait() => {}
         }
     }
 
@@ -1318,14 +1433,14 @@ impl LockGuard {
             return Ok(());
         };
         // Shutting down released every hold of the client already.
-        state.client.inner.check_open()?;
+        state.lock.client.inner.check_open()?;
         let span =
             tracing::debug_span!("release", lock = %state.hold.name, owner = %state.hold.field);
         async move {
             let (holds, keep) = match state.begin_release() {
                 Step::Lost { sweep } => {
                     if let Some(in_flight) = sweep {
-                        let inner = state.client.inner.clone();
+                        let inner = state.lock.client.inner.clone();
                         let outcome = sweep_lost(inner, state.hold.clone(), in_flight).await;
                         tracing::debug!(?outcome, "swept the field of a lost hold");
                     }
@@ -1339,7 +1454,7 @@ impl LockGuard {
                 }
                 Step::Send { holds, keep } => (holds, keep),
             };
-            let inner = state.client.inner.clone();
+            let inner = state.lock.client.inner.clone();
             let request = {
                 let (inner, hold) = (inner.clone(), state.hold.clone());
                 async move { release_hold(&inner, &hold, keep, holds).await }
@@ -1379,7 +1494,7 @@ impl GuardState {
     /// Deregisters this hold, synchronously, before anything is sent, so that no renewal
     /// is scheduled after the unlock.
     fn begin_release(&self) -> Step {
-        let inner = &self.client.inner;
+        let inner = &self.lock.client.inner;
         let wd = &inner.watchdog;
         match &self.kind {
             GuardKind::Watchdog(entry) => {
@@ -1414,7 +1529,7 @@ impl GuardState {
 
     /// Claims the field for a sweep if nothing else of this client uses it now.
     fn sweepable(&self) -> Option<InFlightGuard> {
-        let inner = &self.client.inner;
+        let inner = &self.lock.client.inner;
         let (name, field) = (&self.hold.name, &self.hold.field);
         let unused = !inner.watchdog.is_registered(name, field)
             && !inner.fixed.holds(name, field)
@@ -1443,7 +1558,7 @@ impl Drop for LockGuard {
         let Some(state) = self.state.take() else {
             return;
         };
-        if state.client.inner.closed.is_set() {
+        if state.lock.client.inner.closed.is_set() {
             return;
         }
         let (holds, keep) = match state.begin_release() {
@@ -1451,7 +1566,7 @@ impl Drop for LockGuard {
             Step::Lost {
                 sweep: Some(in_flight),
             } => {
-                let inner = state.client.inner.clone();
+                let inner = state.lock.client.inner.clone();
                 inner.clone().spawner().errand(async move {
                     let outcome = sweep_lost(inner, state.hold, in_flight).await;
                     tracing::debug!(?outcome, "swept the field of a lost hold");
@@ -1460,7 +1575,7 @@ impl Drop for LockGuard {
             }
             Step::Local | Step::Lost { sweep: None } => return,
         };
-        let inner = state.client.inner.clone();
+        let inner = state.lock.client.inner.clone();
         inner.clone().spawner().errand(async move {
             let r = release_hold(&inner, &state.hold, keep, holds).await;
             match r {

@@ -117,9 +117,33 @@ impl RedLock {
         self.locks.len() / 2 + 1
     }
 
-    /// Waits until a majority grants the lock. `lease: None` lets each client's watchdog
-    /// renew its part.
-    pub async fn lock(&self, lease: Option<Duration>) -> Result<MultiGuard> {
+    /// Waits until a majority grants the lock; each client's watchdog renews its part.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_for`](Self::try_lock_for).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: parts granted to a dropped future are released in the background.
+    pub async fn lock(&self) -> Result<MultiGuard> {
+        self.lock_inner(None).await
+    }
+
+    /// Waits until a majority grants the lock with a fixed `lease` on each master.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_for`](Self::try_lock_for).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiGuard> {
+        self.lock_inner(Some(lease)).await
+    }
+
+    async fn lock_inner(&self, lease: Option<Duration>) -> Result<MultiGuard> {
         loop {
             if let Some(g) = self.try_lock_for(Duration::from_secs(3600), lease).await? {
                 return Ok(g);
@@ -127,9 +151,35 @@ impl RedLock {
         }
     }
 
+    /// One round: `Ok(None)` unless a majority grants the lock at once. `lease: None`
+    /// lets each client's watchdog renew its part.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_for`](Self::try_lock_for).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(&self, lease: Option<Duration>) -> Result<Option<MultiGuard>> {
+        if let Some(l) = lease {
+            crate::lock::check_lease(l)?;
+        }
+        self.round(lease).await
+    }
+
     /// Tries for at most `wait`. `Ok(None)` when no majority granted it in time.
     /// Errors of single masters count as refusals; an error is returned only when
     /// every master failed with one.
+    ///
+    /// # Errors
+    ///
+    /// Input errors ([`Error::InvalidLease`], [`Error::DurationOutOfRange`]), and the
+    /// first master's error when every master failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
     pub async fn try_lock_for(
         &self,
         wait: Duration,
@@ -218,10 +268,53 @@ impl MultiLock {
     }
 
     /// Waits until every part is held; the watchdogs renew them.
+    ///
+    /// # Errors
+    ///
+    /// The first part's error; the parts already taken are released.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: parts already taken are released when the future is dropped.
     pub async fn lock(&self) -> Result<MultiGuard> {
+        self.lock_inner(None).await
+    }
+
+    /// Waits until every part is held, each with a fixed `lease`.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock), and lease errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiGuard> {
+        self.lock_inner(Some(lease)).await
+    }
+
+    /// One attempt on each part in turn: `Ok(None)` (and every part taken released)
+    /// as soon as one is busy.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(&self, lease: Option<Duration>) -> Result<Option<MultiGuard>> {
+        self.try_lock_for(Duration::ZERO, lease).await
+    }
+
+    async fn lock_inner(&self, lease: Option<Duration>) -> Result<MultiGuard> {
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
-            match lock.lock().await {
+            let taken = match lease {
+                None => lock.lock().await,
+                Some(l) => lock.lock_with_lease(l).await,
+            };
+            match taken {
                 Ok(g) => guards.push(g),
                 Err(e) => {
                     release_all(guards).await;
@@ -234,6 +327,14 @@ impl MultiLock {
 
     /// Tries for at most `wait` in all. `Ok(None)` when some part was not free in
     /// time; the parts already taken are released then.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
     pub async fn try_lock_for(
         &self,
         wait: Duration,
