@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{free_port, RedisServer};
+use super::{free_port, raw_cmd_within, wall_clock, RedisServer};
 
 const READY_LIMIT: Duration = Duration::from_secs(30);
 const FAILOVER_LIMIT: Duration = Duration::from_secs(20);
@@ -20,6 +20,11 @@ fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    eprintln!(
+        "WAIT {:.3}s @{} for {what}",
+        start.elapsed().as_secs_f64(),
+        wall_clock()
+    );
 }
 
 fn info_field(info: &str, field: &str) -> Option<String> {
@@ -184,6 +189,16 @@ impl Drop for SentinelProc {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "---- sentinel :{} log tail ----\n{}\n---- end :{} ----",
+                self.port,
+                lines[lines.len().saturating_sub(30)..].join("\n"),
+                self.port
+            );
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -440,5 +455,81 @@ impl ClusterTopology {
             .iter_mut()
             .find(|n| n.port == port)
             .expect("no node on that port")
+    }
+
+    /// Each node's own view of the cluster: who it thinks serves what. A failure after
+    /// a failover is usually one node seeing something the others do not.
+    pub fn dump_views(&self) {
+        // Short: a stopped or dying node must not stall the report.
+        let limit = Duration::from_millis(300);
+        for n in &self.nodes {
+            let url = n.url();
+            let nodes = raw_cmd_within::<String>(&url, &["CLUSTER", "NODES"], limit);
+            let Ok(nodes) = nodes else {
+                eprintln!("==== :{} unreachable: {}", n.port, nodes.unwrap_err());
+                continue;
+            };
+            let state = raw_cmd_within::<String>(&url, &["CLUSTER", "INFO"], limit)
+                .map(|i| {
+                    ["cluster_state", "cluster_current_epoch"]
+                        .map(|f| format!("{f}={}", info_field(&i, f).unwrap_or_default()))
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            eprintln!("==== :{} CLUSTER INFO {state}", n.port);
+            eprintln!("==== :{} CLUSTER NODES\n{}", n.port, nodes.trim_end());
+            eprintln!("==== :{} CLUSTER SLOTS {}", n.port, slots_summary(n, limit));
+        }
+    }
+}
+
+/// `lo-hi:master[replicas] ...` from a node's CLUSTER SLOTS.
+fn slots_summary(node: &RedisServer, limit: Duration) -> String {
+    let Ok(slots) = raw_cmd_within::<Vec<redis::Value>>(&node.url(), &["CLUSTER", "SLOTS"], limit)
+    else {
+        return "(no answer)".into();
+    };
+    let int = |v: Option<&redis::Value>| match v {
+        Some(redis::Value::Int(i)) => *i,
+        _ => -1,
+    };
+    slots
+        .iter()
+        .filter_map(|range| match range {
+            redis::Value::Array(items) => Some(items),
+            _ => None,
+        })
+        .map(|items| {
+            let ports: Vec<i64> = items
+                .iter()
+                .skip(2)
+                .map(|node| match node {
+                    redis::Value::Array(f) => int(f.get(1)),
+                    _ => -1,
+                })
+                .collect();
+            format!(
+                "{}-{}:{}{:?}",
+                int(items.first()),
+                int(items.get(1)),
+                ports.first().copied().unwrap_or(-1),
+                ports.get(1..).unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Drop for ClusterTopology {
+    fn drop(&mut self) {
+        // Before the nodes drop: while they still answer, and before killing one node
+        // fills the others' logs with its disconnection.
+        if std::thread::panicking() {
+            eprintln!("==== cluster views @{}", wall_clock());
+            self.dump_views();
+            for n in &mut self.nodes {
+                n.report_log();
+            }
+        }
     }
 }
