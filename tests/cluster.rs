@@ -170,6 +170,14 @@ async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
         }
         assert!(recovered, "client did not follow the {how}");
         steps.mark(format_args!("{how}: probe lock taken at the new owner"));
+        let channel = redis_rlock::channel_name(&name);
+        let subscribers = {
+            let t = &topo;
+            tokio::task::block_in_place(|| t.shard_subscribers(&channel))
+        };
+        steps.mark(format_args!(
+            "{how}: subscribers of the lock's channel {subscribers}"
+        ));
         figure(&format!("cluster_{how}_promoted_ms"), promoted.as_millis());
         figure(
             &format!("cluster_{how}_client_recovered_ms"),

@@ -457,6 +457,27 @@ impl ClusterTopology {
             .expect("no node on that port")
     }
 
+    /// `:port=n` for each node answering PUBSUB SHARDNUMSUB for `channel`: where the
+    /// sharded subscriptions of a channel actually are.
+    pub fn shard_subscribers(&self, channel: &str) -> String {
+        let limit = Duration::from_millis(300);
+        self.nodes
+            .iter()
+            .map(|n| {
+                let v = raw_cmd_within::<Vec<redis::Value>>(
+                    &n.url(),
+                    &["PUBSUB", "SHARDNUMSUB", channel],
+                    limit,
+                );
+                match v.as_deref() {
+                    Ok([_, redis::Value::Int(k)]) => format!(":{}={k}", n.port),
+                    _ => format!(":{}=?", n.port),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// Each node's own view of the cluster: who it thinks serves what. A failure after
     /// a failover is usually one node seeing something the others do not.
     pub fn dump_views(&self) {
