@@ -40,6 +40,43 @@ fn linked(replica: &RedisServer) -> bool {
         .is_ok_and(|i| i.contains("master_link_status:up"))
 }
 
+/// Whether a write at `master` is acknowledged by `replicas` replicas within a short
+/// `WAIT`.
+///
+/// A replica reports its link up once it has loaded the master's snapshot, but after a
+/// diskless sync the master starts streaming writes to it only on an ACK that arrives
+/// after the master noticed the end of the transfer. The replica's first ACK often comes
+/// earlier and does not count; the next one comes with its once-a-second cron. Until
+/// then every `WAIT` blocks for its whole timeout (the crate's default is 1 s), and so
+/// does every command queued behind it on the same connection, lease renewals included.
+fn acks_writes(master: &RedisServer, replicas: usize) -> bool {
+    let Ok(client) = redis::Client::open(master.url()) else {
+        return false;
+    };
+    let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
+    // A cluster node takes only keys of its own slots: try names until one lands.
+    for i in 0..200 {
+        let key = format!("rlock-harness:ready:{i}");
+        match redis::cmd("SET").arg(&key).arg(1).query::<()>(&mut c) {
+            Ok(()) => {}
+            Err(e) if e.code() == Some("MOVED") => continue,
+            Err(_) => return false,
+        }
+        if redis::cmd("DEL").arg(&key).query::<i64>(&mut c).is_err() {
+            return false;
+        }
+        return redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(100)
+            .query::<i64>(&mut c)
+            .is_ok_and(|acked| acked >= replicas as i64);
+    }
+    false
+}
+
 fn online_replicas(node: &RedisServer) -> usize {
     node.try_cmd::<String>(&["INFO", "replication"])
         .map(|i| i.matches("state=online").count())
@@ -232,6 +269,12 @@ impl SentinelTopology {
         wait_until("2 replicas linked to the master", READY_LIMIT, || {
             replicas.iter().all(linked)
         });
+        // Linked is not yet replicating: see `acks_writes`.
+        wait_until(
+            "the master's writes acknowledged by 2 replicas",
+            READY_LIMIT,
+            || acks_writes(&master, 2),
+        );
         // Sentinels learn replicas from the master's INFO, so they start after them.
         let name = "mymaster".to_string();
         let sentinels: Vec<SentinelProc> = (0..3)
@@ -363,6 +406,16 @@ impl ClusterTopology {
                         .as_deref()
                         == Some("up")
                 });
+            }
+        }
+        // Linked is not yet replicating: see `acks_writes`. Each master has one replica.
+        for n in &topo.nodes {
+            if is_master(n.port) {
+                wait_until(
+                    "a master's writes acknowledged by its replica",
+                    READY_LIMIT,
+                    || acks_writes(n, 1),
+                );
             }
         }
         eprintln!("cluster ready in {:?}", started.elapsed());
