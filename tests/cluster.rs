@@ -170,7 +170,17 @@ async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
         }
         assert!(recovered, "client did not follow the {how}");
         steps.mark(format_args!("{how}: probe lock taken at the new owner"));
+        // The waiters' subscription follows the slot to the node that publishes its
+        // unlocks. Redis 7 also accepts SSUBSCRIBE at a replica of the owner, such as
+        // the demoted master, but the owner forwards messages only to the replicas it
+        // knows of, which it learns by gossip: unlocks published before that are lost.
         let channel = redis_rlock::channel_name(&name);
+        let new_owner = topo.nodes.iter().find(|n| n.port == new).unwrap();
+        let moved = common::eventually(Duration::from_secs(5), || {
+            let v: Vec<redis::Value> = new_owner.cmd(&["PUBSUB", "SHARDNUMSUB", &channel]);
+            matches!(v.get(1), Some(redis::Value::Int(n)) if *n >= 1)
+        })
+        .await;
         let subscribers = {
             let t = &topo;
             tokio::task::block_in_place(|| t.shard_subscribers(&channel))
@@ -178,6 +188,10 @@ async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
         steps.mark(format_args!(
             "{how}: subscribers of the lock's channel {subscribers}"
         ));
+        assert!(
+            moved,
+            "after the {how} the waiters are not subscribed at the new owner :{new}: {subscribers}"
+        );
         figure(&format!("cluster_{how}_promoted_ms"), promoted.as_millis());
         figure(
             &format!("cluster_{how}_client_recovered_ms"),
