@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::topology::ClusterTopology;
-use common::{Overlap, RedisServer};
+use common::{Overlap, RedisServer, Steps};
 use redis_rlock::{Client, Error};
 
 fn figure(name: &str, value: impl std::fmt::Debug) {
@@ -36,9 +36,12 @@ fn owner_has(topo: &ClusterTopology, key: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_locks_over_all_masters_with_sharded_waiters_and_slot_grouped_renewals() {
+    common::init_tracing();
+    let steps = Steps::new("spread");
     let topo = tokio::task::spawn_blocking(ClusterTopology::start)
         .await
         .unwrap();
+    steps.mark("cluster ready");
     let a = client(&topo, Duration::from_millis(900)).await;
     let b = client(&topo, Duration::from_millis(900)).await;
 
@@ -50,6 +53,7 @@ async fn cluster_locks_over_all_masters_with_sharded_waiters_and_slot_grouped_re
         .map(|n| topo.master_of_slot(topo.keyslot(n)))
         .collect();
     assert_eq!(masters.len(), 3, "names should cover every master");
+    steps.mark("clients connected");
 
     let mut guards = Vec::new();
     for n in &names {
@@ -60,10 +64,12 @@ async fn cluster_locks_over_all_masters_with_sharded_waiters_and_slot_grouped_re
         assert!(owner_has(&topo, n), "{n} not at its slot owner");
         guards.push(g);
     }
+    steps.mark("49 locks taken");
     // Renewed in per-slot batches past three leases.
     tokio::time::sleep(Duration::from_millis(2700)).await;
     assert!(guards.iter().all(|g| !g.is_lost()), "a lock was lost");
     assert!(names.iter().all(|n| owner_has(&topo, n)));
+    steps.mark("renewed past three leases");
 
     // A waiter per lock in the other client, subscribed with SSUBSCRIBE at the owner.
     let served = Arc::new(AtomicUsize::new(0));
@@ -89,8 +95,10 @@ async fn cluster_locks_over_all_masters_with_sharded_waiters_and_slot_grouped_re
     })
     .await;
     assert!(subscribed, "no sharded subscription at the slot owner");
+    steps.mark("waiters subscribed");
     let started = Instant::now();
     common::release_and_join(guards, tasks).await;
+    steps.mark("waiters served");
     assert_eq!(served.load(Ordering::SeqCst), names.len());
     figure(
         "cluster_49_waiters_served_ms",
@@ -107,17 +115,22 @@ async fn cluster_locks_over_all_masters_with_sharded_waiters_and_slot_grouped_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
+    common::init_tracing();
+    let steps = Steps::new("failover");
     let mut topo = tokio::task::spawn_blocking(ClusterTopology::start)
         .await
         .unwrap();
+    steps.mark("cluster ready");
     let referee = RedisServer::start();
     let holder = client(&topo, Duration::from_secs(8)).await;
     let waiters = client(&topo, Duration::from_secs(8)).await;
+    steps.mark("clients connected");
 
     for (round, how) in ["failover", "kill"].into_iter().enumerate() {
         let name = format!("cf:{how}");
         let slot = topo.keyslot(&name);
         let g = holder.lock(&name).lock().await.unwrap();
+        steps.mark(format_args!("{how}: {name} (slot {slot}) held"));
         let served = Arc::new(AtomicUsize::new(0));
         let tasks = common::spawn_overlap_waiters(
             6,
@@ -130,6 +143,7 @@ async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
         tokio::time::sleep(Duration::from_millis(300)).await;
 
         let old = topo.master_of_slot(slot);
+        steps.mark(format_args!("{how}: waiters started; slot owner :{old}"));
         let started = Instant::now();
         let new = if how == "failover" {
             let t = &topo;
@@ -141,6 +155,7 @@ async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
         };
         assert_ne!(new, old);
         let promoted = started.elapsed();
+        steps.mark(format_args!("{how}: :{new} serves the slot"));
         // The client follows: a probe lock in the same slot is taken at the new owner.
         let probe = format!("{{{name}}}:probe");
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -154,6 +169,29 @@ async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(recovered, "client did not follow the {how}");
+        steps.mark(format_args!("{how}: probe lock taken at the new owner"));
+        // The waiters' subscription follows the slot to the node that publishes its
+        // unlocks. Redis 7 also accepts SSUBSCRIBE at a replica of the owner, such as
+        // the demoted master, but the owner forwards messages only to the replicas it
+        // knows of, which it learns by gossip: unlocks published before that are lost.
+        let channel = redis_rlock::channel_name(&name);
+        let new_owner = topo.nodes.iter().find(|n| n.port == new).unwrap();
+        let moved = common::eventually(Duration::from_secs(5), || {
+            let v: Vec<redis::Value> = new_owner.cmd(&["PUBSUB", "SHARDNUMSUB", &channel]);
+            matches!(v.get(1), Some(redis::Value::Int(n)) if *n >= 1)
+        })
+        .await;
+        let subscribers = {
+            let t = &topo;
+            tokio::task::block_in_place(|| t.shard_subscribers(&channel))
+        };
+        steps.mark(format_args!(
+            "{how}: subscribers of the lock's channel {subscribers}"
+        ));
+        assert!(
+            moved,
+            "after the {how} the waiters are not subscribed at the new owner :{new}: {subscribers}"
+        );
         figure(&format!("cluster_{how}_promoted_ms"), promoted.as_millis());
         figure(
             &format!("cluster_{how}_client_recovered_ms"),
@@ -164,6 +202,7 @@ async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
         assert!(!g.is_lost());
         assert_eq!(served.load(Ordering::SeqCst), 0, "a waiter got a held lock");
         g.unlock().await.unwrap();
+        steps.mark(format_args!("{how}: unlocked; waiting for the waiters"));
         for t in tasks {
             tokio::time::timeout(Duration::from_secs(40), t)
                 .await
@@ -172,5 +211,6 @@ async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
         }
         assert_eq!(served.load(Ordering::SeqCst), 12);
         assert_eq!(Overlap::report(&referee, &format!("cf{round}")).0, 0);
+        steps.mark(format_args!("{how}: 12 holds served"));
     }
 }

@@ -7,21 +7,34 @@
 //!
 //! Failover is the case to get right. The old owner of a slot tells its shard
 //! subscribers `sunsubscribe` when it loses the slot; a killed node just disconnects.
-//! Either way every affected channel that still has waiters is subscribed again (the
-//! connection refreshes its slot map on the `MOVED` that follows, so the new subscription
-//! lands at the new owner), and its waiters are woken to try the lock once more, since
-//! an unlock may have been published where nobody listened.
+//! Either way every affected channel that still has waiters is subscribed again, and
+//! its waiters are woken to try the lock once more, since an unlock may have been
+//! published where nobody listened.
+//!
+//! A subscription made again must land at the new owner, and no `MOVED` sees to that:
+//! Redis 7 serves `SSUBSCRIBE` at a replica of the slot's owner too, and the master a
+//! manual failover demoted is one, still named by the connection's slot map. There the
+//! subscription is accepted, but the new owner forwards published messages only to
+//! the replicas it knows of, and it learns of this one by gossip, up to half the node
+//! timeout later: an unlock published meanwhile never arrives, and its waiters sleep out
+//! the holder's lease. So before subscribing again the hub checks that the node its
+//! connection routes the channel to is a master, and if it is not, makes the
+//! connection refresh its slot map with a keyed read, which a replica does answer with
+//! `MOVED`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
 use super::{sleep_draining, with_queued, Command, HubShared, Mode};
+use crate::slot::key_slot;
 
 pub(super) async fn actor(
     weak: Weak<HubShared>,
@@ -112,6 +125,32 @@ impl ClusterHub {
         }
     }
 
+    /// Whether the connection routes `channel` to a master (see the module docs), after
+    /// making it refresh its slot map if it did not. When the node cannot be asked, the
+    /// answer is yes: subscribing then fails or lands as it would have without the check.
+    async fn routed_to_master(&mut self, channel: &str) -> bool {
+        let slot = key_slot(channel.as_bytes());
+        for attempt in 0..2 {
+            // SSUBSCRIBE is routed to the slot's master entry, as this is.
+            let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+            let mut conn = self.conn.clone();
+            let role = conn.route_command(redis::cmd("ROLE"), RoutingInfo::SingleNode(route));
+            match tokio::time::timeout(self.response_timeout, role).await {
+                Ok(Ok(reply)) if is_replica(&reply) => {}
+                _ => return true,
+            }
+            if attempt == 0 {
+                // Any keyed read will do; the channel name is a key of the same slot.
+                let probe = redis::cmd("EXISTS").arg(channel).clone();
+                let mut conn = self.conn.clone();
+                let _ =
+                    tokio::time::timeout(self.response_timeout, conn.req_packed_command(&probe))
+                        .await;
+            }
+        }
+        false
+    }
+
     async fn unsubscribe(&mut self, channel: &str) {
         let (mut conn, mode) = (self.conn.clone(), self.mode);
         let fut = async move {
@@ -150,6 +189,10 @@ impl ClusterHub {
             self.unsubscribe(&ch).await;
         }
         for (ch, id) in to_sub {
+            if self.retry.contains(&ch) {
+                // `resubscribe` makes it, after checking where it would land.
+                continue;
+            }
             if !self.subscribed.contains(&ch) {
                 match self.subscribe(&ch).await {
                     Ok(()) => {
@@ -212,9 +255,27 @@ impl ClusterHub {
 
     async fn resubscribe(&mut self, shared: &HubShared) {
         let retry: Vec<Arc<str>> = self.retry.drain().collect();
+        // Channels of one slot are routed alike: one check per slot and pass.
+        let mut at_master: HashMap<u16, bool> = HashMap::new();
         for ch in retry {
             let entry = shared.channels.lock().get(&ch).cloned();
             let Some(entry) = entry else { continue };
+            if self.mode == Mode::Sharded {
+                let slot = key_slot(ch.as_bytes());
+                let ok = match at_master.get(&slot) {
+                    Some(ok) => *ok,
+                    None => {
+                        let ok = self.routed_to_master(&ch).await;
+                        at_master.insert(slot, ok);
+                        ok
+                    }
+                };
+                if !ok {
+                    tracing::debug!(channel = %ch, "the slot's owner is not known yet; retrying");
+                    self.retry.insert(ch);
+                    continue;
+                }
+            }
             match self.subscribe(&ch).await {
                 Ok(()) => {
                     self.subscribed.insert(ch.clone());
@@ -229,5 +290,17 @@ impl ClusterHub {
                 }
             }
         }
+    }
+}
+
+/// Whether a `ROLE` reply is a replica's.
+fn is_replica(role: &Value) -> bool {
+    let Value::Array(items) = role else {
+        return false;
+    };
+    match items.first() {
+        Some(Value::BulkString(r)) => r == b"slave",
+        Some(Value::SimpleString(r)) => r == "slave",
+        _ => false,
     }
 }

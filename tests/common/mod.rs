@@ -15,6 +15,66 @@ use std::time::{Duration, Instant};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// Log lines of each server printed when a test fails: enough to see the last
+/// failover or resync, short enough that six nodes stay readable.
+const LOG_TAIL_LINES: usize = 40;
+
+/// Wall-clock time of day (UTC) with milliseconds, the format of redis-server's log
+/// lines, so that test steps and server events can be put in one order.
+pub fn wall_clock() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let day_ms = ms % 86_400_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        day_ms / 3_600_000,
+        day_ms / 60_000 % 60,
+        day_ms / 1000 % 60,
+        day_ms % 1000
+    )
+}
+
+/// Prints each step of a test with its offset from the start and the wall clock
+/// (to stderr: captured by libtest, shown when the test fails).
+pub struct Steps {
+    test: &'static str,
+    start: Instant,
+}
+
+impl Steps {
+    pub fn new(test: &'static str) -> Steps {
+        let s = Steps {
+            test,
+            start: Instant::now(),
+        };
+        s.mark("start");
+        s
+    }
+
+    pub fn mark(&self, what: impl std::fmt::Display) {
+        eprintln!(
+            "STEP {} +{:.3}s @{} {what}",
+            self.test,
+            self.start.elapsed().as_secs_f64(),
+            wall_clock()
+        );
+    }
+}
+
+/// Sends the crate's own tracing (lost locks, dropped subscriptions, reconnects) to
+/// the captured test output; `RUST_LOG` overrides the default level. Idempotent.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("redis_rlock=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .with_ansi(false)
+        .try_init();
+}
+
 /// The redis-server binary: `REDIS_SERVER` or the one on PATH.
 pub fn redis_server_bin() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
@@ -31,6 +91,8 @@ pub struct RedisServer {
     pub port: u16,
     pub dir: PathBuf,
     extra: Vec<String>,
+    /// Its log tail was already printed (by a topology, before any node went down).
+    pub log_reported: bool,
 }
 
 impl RedisServer {
@@ -54,6 +116,7 @@ impl RedisServer {
                 port,
                 dir: dir.clone(),
                 extra: extra.clone(),
+                log_reported: false,
             };
             if s.spawn() {
                 return s;
@@ -115,6 +178,35 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The last `n` lines of the server's log (it is appended to across restarts).
+    pub fn log_tail(&self, n: usize) -> String {
+        let path = self.dir.join(format!("redis-{}.log", self.port));
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                // The same long warning at every start; it says nothing about a failure.
+                let lines: Vec<&str> = text
+                    .lines()
+                    .filter(|l| !l.contains("WARNING Memory overcommit"))
+                    .collect();
+                lines[lines.len().saturating_sub(n)..].join("\n")
+            }
+            Err(e) => format!("(no log at {}: {e})", path.display()),
+        }
+    }
+
+    /// Prints the log tail to stderr (once).
+    pub fn report_log(&mut self) {
+        if !self.log_reported {
+            self.log_reported = true;
+            eprintln!(
+                "---- redis-server :{} log tail ----\n{}\n---- end :{} ----",
+                self.port,
+                self.log_tail(LOG_TAIL_LINES),
+                self.port
+            );
+        }
     }
 
     /// SIGKILLs the server.
@@ -199,15 +291,28 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        // The directory goes below; a failing test would take the evidence with it.
+        if std::thread::panicking() {
+            self.report_log();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 /// Runs one raw command on a fresh connection to `url`, with 2 s timeouts.
 pub fn raw_cmd<T: redis::FromRedisValue>(url: &str, args: &[&str]) -> redis::RedisResult<T> {
+    raw_cmd_within(url, args, Duration::from_secs(2))
+}
+
+/// Runs one raw command on a fresh connection to `url`, with the given timeouts.
+pub fn raw_cmd_within<T: redis::FromRedisValue>(
+    url: &str,
+    args: &[&str],
+    limit: Duration,
+) -> redis::RedisResult<T> {
     let client = redis::Client::open(url)?;
-    let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
-    conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut conn = client.get_connection_with_timeout(limit)?;
+    conn.set_read_timeout(Some(limit))?;
     let mut c = redis::cmd(args[0]);
     for a in &args[1..] {
         c.arg(*a);

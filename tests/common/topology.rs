@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{free_port, RedisServer};
+use super::{free_port, raw_cmd_within, wall_clock, RedisServer};
 
 const READY_LIMIT: Duration = Duration::from_secs(30);
 const FAILOVER_LIMIT: Duration = Duration::from_secs(20);
@@ -20,6 +20,11 @@ fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    eprintln!(
+        "WAIT {:.3}s @{} for {what}",
+        start.elapsed().as_secs_f64(),
+        wall_clock()
+    );
 }
 
 fn info_field(info: &str, field: &str) -> Option<String> {
@@ -33,6 +38,43 @@ fn linked(replica: &RedisServer) -> bool {
     replica
         .try_cmd::<String>(&["INFO", "replication"])
         .is_ok_and(|i| i.contains("master_link_status:up"))
+}
+
+/// Whether a write at `master` is acknowledged by `replicas` replicas within a short
+/// `WAIT`.
+///
+/// A replica reports its link up once it has loaded the master's snapshot, but after a
+/// diskless sync the master starts streaming writes to it only on an ACK that arrives
+/// after the master noticed the end of the transfer. The replica's first ACK often comes
+/// earlier and does not count; the next one comes with its once-a-second cron. Until
+/// then every `WAIT` blocks for its whole timeout (the crate's default is 1 s), and so
+/// does every command queued behind it on the same connection, lease renewals included.
+fn acks_writes(master: &RedisServer, replicas: usize) -> bool {
+    let Ok(client) = redis::Client::open(master.url()) else {
+        return false;
+    };
+    let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
+    // A cluster node takes only keys of its own slots: try names until one lands.
+    for i in 0..200 {
+        let key = format!("rlock-harness:ready:{i}");
+        match redis::cmd("SET").arg(&key).arg(1).query::<()>(&mut c) {
+            Ok(()) => {}
+            Err(e) if e.code() == Some("MOVED") => continue,
+            Err(_) => return false,
+        }
+        if redis::cmd("DEL").arg(&key).query::<i64>(&mut c).is_err() {
+            return false;
+        }
+        return redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(100)
+            .query::<i64>(&mut c)
+            .is_ok_and(|acked| acked >= replicas as i64);
+    }
+    false
 }
 
 fn online_replicas(node: &RedisServer) -> usize {
@@ -185,6 +227,16 @@ impl Drop for SentinelProc {
             let _ = c.kill();
             let _ = c.wait();
         }
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "---- sentinel :{} log tail ----\n{}\n---- end :{} ----",
+                self.port,
+                lines[lines.len().saturating_sub(30)..].join("\n"),
+                self.port
+            );
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -217,6 +269,12 @@ impl SentinelTopology {
         wait_until("2 replicas linked to the master", READY_LIMIT, || {
             replicas.iter().all(linked)
         });
+        // Linked is not yet replicating: see `acks_writes`.
+        wait_until(
+            "the master's writes acknowledged by 2 replicas",
+            READY_LIMIT,
+            || acks_writes(&master, 2),
+        );
         // Sentinels learn replicas from the master's INFO, so they start after them.
         let name = "mymaster".to_string();
         let sentinels: Vec<SentinelProc> = (0..3)
@@ -350,6 +408,16 @@ impl ClusterTopology {
                 });
             }
         }
+        // Linked is not yet replicating: see `acks_writes`. Each master has one replica.
+        for n in &topo.nodes {
+            if is_master(n.port) {
+                wait_until(
+                    "a master's writes acknowledged by its replica",
+                    READY_LIMIT,
+                    || acks_writes(n, 1),
+                );
+            }
+        }
         eprintln!("cluster ready in {:?}", started.elapsed());
         topo
     }
@@ -440,5 +508,102 @@ impl ClusterTopology {
             .iter_mut()
             .find(|n| n.port == port)
             .expect("no node on that port")
+    }
+
+    /// `:port=n` for each node answering PUBSUB SHARDNUMSUB for `channel`: where the
+    /// sharded subscriptions of a channel actually are.
+    pub fn shard_subscribers(&self, channel: &str) -> String {
+        let limit = Duration::from_millis(300);
+        self.nodes
+            .iter()
+            .map(|n| {
+                let v = raw_cmd_within::<Vec<redis::Value>>(
+                    &n.url(),
+                    &["PUBSUB", "SHARDNUMSUB", channel],
+                    limit,
+                );
+                match v.as_deref() {
+                    Ok([_, redis::Value::Int(k)]) => format!(":{}={k}", n.port),
+                    _ => format!(":{}=?", n.port),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Each node's own view of the cluster: who it thinks serves what. A failure after
+    /// a failover is usually one node seeing something the others do not.
+    pub fn dump_views(&self) {
+        // Short: a stopped or dying node must not stall the report.
+        let limit = Duration::from_millis(300);
+        for n in &self.nodes {
+            let url = n.url();
+            let nodes = raw_cmd_within::<String>(&url, &["CLUSTER", "NODES"], limit);
+            let Ok(nodes) = nodes else {
+                eprintln!("==== :{} unreachable: {}", n.port, nodes.unwrap_err());
+                continue;
+            };
+            let state = raw_cmd_within::<String>(&url, &["CLUSTER", "INFO"], limit)
+                .map(|i| {
+                    ["cluster_state", "cluster_current_epoch"]
+                        .map(|f| format!("{f}={}", info_field(&i, f).unwrap_or_default()))
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            eprintln!("==== :{} CLUSTER INFO {state}", n.port);
+            eprintln!("==== :{} CLUSTER NODES\n{}", n.port, nodes.trim_end());
+            eprintln!("==== :{} CLUSTER SLOTS {}", n.port, slots_summary(n, limit));
+        }
+    }
+}
+
+/// `lo-hi:master[replicas] ...` from a node's CLUSTER SLOTS.
+fn slots_summary(node: &RedisServer, limit: Duration) -> String {
+    let Ok(slots) = raw_cmd_within::<Vec<redis::Value>>(&node.url(), &["CLUSTER", "SLOTS"], limit)
+    else {
+        return "(no answer)".into();
+    };
+    let int = |v: Option<&redis::Value>| match v {
+        Some(redis::Value::Int(i)) => *i,
+        _ => -1,
+    };
+    slots
+        .iter()
+        .filter_map(|range| match range {
+            redis::Value::Array(items) => Some(items),
+            _ => None,
+        })
+        .map(|items| {
+            let ports: Vec<i64> = items
+                .iter()
+                .skip(2)
+                .map(|node| match node {
+                    redis::Value::Array(f) => int(f.get(1)),
+                    _ => -1,
+                })
+                .collect();
+            format!(
+                "{}-{}:{}{:?}",
+                int(items.first()),
+                int(items.get(1)),
+                ports.first().copied().unwrap_or(-1),
+                ports.get(1..).unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Drop for ClusterTopology {
+    fn drop(&mut self) {
+        // Before the nodes drop: while they still answer, and before killing one node
+        // fills the others' logs with its disconnection.
+        if std::thread::panicking() {
+            eprintln!("==== cluster views @{}", wall_clock());
+            self.dump_views();
+            for n in &mut self.nodes {
+                n.report_log();
+            }
+        }
     }
 }
