@@ -36,6 +36,11 @@
 
 #![warn(missing_docs)]
 
+// The README's examples are compiled (not run) with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod background;
 mod client;
 mod connection;
