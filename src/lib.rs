@@ -3,7 +3,8 @@
 //! A lock named `orders:42` is a Redis hash at key `orders:42`; its field is the holder,
 //! `<client uuid>:<owner id>`, and its value the hold count. A Rust service using this
 //! crate and a Java service using Redisson's `RLock` exclude each other on the same name.
-//! The key, field, channel, message and scripts are specified in `docs/protocol.md`.
+//! The key, field, channel, message and scripts are specified in [`docs::protocol`];
+//! what the lock promises, with measured figures, in [`docs::guarantees`].
 //!
 //! - Reentrant per tokio task: nested [`Lock::lock`] calls in one task re-enter; other
 //!   tasks, in this process or any other, wait (see [`OwnerId`]).
@@ -69,6 +70,20 @@ pub use lock::{Lock, LockGuard, MAX_DURATION, MAX_NAME_LEN};
 pub use multi::{MultiGuard, MultiLock, RedLock};
 pub use raw::{channel_name, token_key, UNLOCK_MESSAGE};
 pub use watchdog::BATCH as RENEW_BATCH;
+
+/// The crate's documents (`docs/*.md` in the repository), rendered with the API.
+// `KEYS[1]` and `ARGV[6]` in the protocol read as links to rustdoc; they are not.
+#[allow(rustdoc::broken_intra_doc_links)]
+pub mod docs {
+    #[doc = include_str!("../docs/guarantees.md")]
+    pub mod guarantees {}
+    #[doc = include_str!("../docs/protocol.md")]
+    pub mod protocol {}
+    #[doc = include_str!("../docs/design.md")]
+    pub mod design {}
+    #[doc = include_str!("../docs/benchmarks.md")]
+    pub mod benchmarks {}
+}
 
 /// The redis-rs version this crate is built on, so that a caller can use its types
 /// (a `redis::Client`, errors) without pinning a version of its own.

@@ -1340,14 +1340,15 @@ impl LockGuard {
     /// [`Client::fenced_lock`]: larger than every token issued before for this lock
     /// name, by any client (Redisson's `RFencedLock` included). Pass it to the protected
     /// resource, which should refuse any token lower than the highest it has seen (see
-    /// `docs/guarantees.md`). `None` for a plain lock ([`Client::lock`]), which, like
+    /// [`docs::guarantees`](crate::docs::guarantees)). `None` for a plain lock ([`Client::lock`]), which, like
     /// Redisson's `RLock`, keeps no counter.
     ///
     /// A token of 1 means the counter started afresh: the first grant ever for this
     /// name, or the first after the counter was lost (a Redis restart without
     /// persistence, a failover to a replica that never had it). A resource that has seen
     /// higher tokens then refuses every holder until tokens pass its highest again;
-    /// treat a 1 as the start of a new epoch (see `docs/guarantees.md`).
+    /// treat a 1 as the start of a new epoch (see
+    /// [`docs::guarantees`](crate::docs::guarantees)).
     pub fn fencing_token(&self) -> Option<u64> {
         self.state().token
     }
