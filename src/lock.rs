@@ -636,6 +636,15 @@ impl Lock {
             };
             if let Some(g) = grant {
                 sub.wake_used();
+                let granted = lease.unwrap_or(self.inner().config.watchdog_timeout);
+                if g.sent + granted <= Instant::now() {
+                    // As for an acquire answered too late: a guard would be lost on
+                    // arrival. The hold is given back and the wait goes on.
+                    tracing::debug!(token = g.token, "hand-over arrived after its lease ran out");
+                    release_detached(self.inner().clone(), self.hold(&field));
+                    ttl = Some(Duration::ZERO);
+                    continue;
+                }
                 tracing::debug!(waited = ?started.elapsed(), token = g.token, "lock handed over");
                 return Ok(Some(self.held(
                     self.hold(&field),
@@ -1056,7 +1065,11 @@ async fn undo_grant(inner: &Arc<ClientInner>, hold: &Hold) {
 
 /// Releases a hold nobody will use, in the background.
 fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
+    // In flight from now, not from the task's first poll: an acquire of the same field
+    // must wait for it (see `InFlight`).
+    let in_flight = inner.inflight.begin(&hold.name, &hold.field);
     inner.clone().spawner().errand(async move {
+        let _in_flight = in_flight;
         let r = release_hold(&inner, &hold, None, 1).await;
         tracing::debug!(lock = %hold.name, outcome = ?r, "released an unused hold");
     });
