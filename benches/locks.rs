@@ -902,7 +902,10 @@ client and (in W3) a second client process share the cores; compare rows of one 
   as well (`EXISTS HINCRBY PEXPIRE`, `HEXISTS HINCRBY DEL PUBLISH`), so no
   Redisson-compatible protocol reaches 0.8x of this limit on a shared 2-core machine.
   Dropping the latches from the common path moved the ratio from 0.34-0.38x to
-  0.37-0.54x (runs vary widely here).
+  0.37-0.54x (runs vary widely here). The plain lock no longer draws a fencing token
+  (only `fenced_lock` does, as Redisson's `RFencedLock`): one `INCR` less per pair. In
+  three alternating runs of both builds on one busy machine, W2 went from 0.39-0.42x to
+  0.42-0.51x; W1 stayed at 0.76-0.82x of 2 RTT (0.80-0.81x before), within the noise.
 - **W3 (contention), met.** A release goes straight to the oldest sleeping waiter of the
   same client inside the unlock script (`docs/protocol.md` 2.2): no message and no
   acquire. A task that starts waiting while others of its client sleep queues behind them
