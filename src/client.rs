@@ -11,8 +11,9 @@ use crate::background::{Background, Signal, Spawner};
 use crate::connection::{open_client, Conn};
 use crate::error::{Error, Result};
 use crate::janitor::Janitor;
-use crate::lock::{check_duration, Lock};
+use crate::lock::Lock;
 use crate::pubsub::PubSubHub;
+use crate::target::check_duration;
 use crate::watchdog::Watchdog;
 
 /// Default lease of a watchdog-renewed lock, as in Redisson (`lockWatchdogTimeout`).
@@ -387,7 +388,7 @@ pub(crate) struct ClientInner {
     pub(crate) watchdog: Watchdog,
     pub(crate) pubsub: PubSubHub,
     pub(crate) janitor: Janitor,
-    pub(crate) fixed: crate::lock::FixedHolds,
+    pub(crate) fixed: crate::fixed::FixedHolds,
     pub(crate) handover: Arc<crate::handover::Handover>,
     pub(crate) inflight: Arc<crate::inflight::InFlight>,
     pub(crate) background: Arc<Background>,
@@ -501,7 +502,7 @@ impl Client {
     /// it is used; the name is checked then. Its guards carry no fencing token; use
     /// [`fenced_lock`](Self::fenced_lock) for one.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), name.into(), false)
+        Lock::new(self.inner.clone(), name.into(), false)
     }
 
     /// A handle to the fenced lock named `name`, in Redisson's `RFencedLock` layout: the
@@ -514,7 +515,7 @@ impl Client {
     ///
     /// [`LockGuard::fencing_token`]: crate::LockGuard::fencing_token
     pub fn fenced_lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), name.into(), true)
+        Lock::new(self.inner.clone(), name.into(), true)
     }
 
     /// This client's UUID, the first half of every holder field it writes.
@@ -569,7 +570,7 @@ impl Client {
         let work = async {
             let releases = holds
                 .iter()
-                .map(|(name, field)| crate::lock::release_field(inner, name, field));
+                .map(|(name, field)| crate::release::release_field(inner, name, field));
             for (outcome, (name, _)) in futures_util::future::join_all(releases)
                 .await
                 .into_iter()

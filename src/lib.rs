@@ -42,10 +42,14 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod acquire;
+mod attempt;
 mod background;
 mod client;
 mod connection;
 mod error;
+mod fixed;
+mod guard;
 mod handover;
 mod identity;
 mod inflight;
@@ -54,8 +58,10 @@ mod lock;
 mod multi;
 mod pubsub;
 mod raw;
+mod release;
 mod scripts;
 mod slot;
+mod target;
 mod watchdog;
 
 pub use client::{
@@ -64,11 +70,13 @@ pub use client::{
     DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use error::{Error, Result};
+pub use guard::LockGuard;
 pub use handover::{DEFAULT_HANDOVER_LIMIT, DEFAULT_HANDOVER_WINDOW};
 pub use identity::OwnerId;
-pub use lock::{Lock, LockGuard, MAX_DURATION, MAX_NAME_LEN};
+pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock, RedLock};
 pub use raw::{channel_name, token_key, UNLOCK_MESSAGE};
+pub use target::{MAX_DURATION, MAX_NAME_LEN};
 pub use watchdog::BATCH as RENEW_BATCH;
 
 /// The crate's documents (`docs/*.md` in the repository), rendered with the API.

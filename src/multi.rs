@@ -11,7 +11,8 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::lock::{Lock, LockGuard};
+use crate::guard::LockGuard;
+use crate::lock::Lock;
 
 /// A lock granted by a majority of independent Redis masters (the Redlock algorithm).
 ///
@@ -163,7 +164,7 @@ impl RedLock {
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn try_lock(&self, lease: Option<Duration>) -> Result<Option<MultiGuard>> {
         if let Some(l) = lease {
-            crate::lock::check_lease(l)?;
+            crate::target::check_lease(l)?;
         }
         self.round(lease).await
     }
@@ -185,9 +186,9 @@ impl RedLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
-        crate::lock::check_duration("wait", wait)?;
+        crate::target::check_duration("wait", wait)?;
         if let Some(l) = lease {
-            crate::lock::check_lease(l)?;
+            crate::target::check_lease(l)?;
         }
         let deadline = Instant::now() + wait;
         loop {
@@ -340,7 +341,7 @@ impl MultiLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
-        crate::lock::check_duration("wait", wait)?;
+        crate::target::check_duration("wait", wait)?;
         let deadline = Instant::now() + wait;
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {

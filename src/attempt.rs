@@ -1,0 +1,222 @@
+//! One acquire attempt: a local re-entry, or one request to Redis (retried with the same
+//! request id when its reply may have been lost), and the guard it yields.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::{ClientInner, ReplicaSync, SyncFailure};
+use crate::error::{Error, Result};
+use crate::guard::{GuardKind, LockGuard};
+use crate::identity::OwnerId;
+use crate::inflight::Completing;
+use crate::raw::{self, Attempt};
+use crate::release::release_hold;
+use crate::target::{Hold, Target, ATTEMPTS};
+
+/// What one acquire attempt found.
+pub(crate) enum Tried {
+    /// The lock is taken.
+    Held(LockGuard),
+    /// Someone else holds it, for this long as far as Redis said (`None`: no expiry).
+    Busy(Option<Duration>),
+    /// The grant arrived after the lease it granted had run out, so it was given back;
+    /// the value is how long the answer took.
+    Late(Duration),
+}
+
+impl Target {
+    /// One acquire: a local re-entry of a live watchdog hold, or else one request to
+    /// Redis (retried with the same request id when its reply may have been lost).
+    /// `Err(ttl)` (inside `Ok`) when the lock is busy.
+    /// `adopt`: a failed unlock may have handed this task the lock; the request is then
+    /// sent as a retry, which adopts such a hold instead of taking a second one.
+    pub(crate) async fn attempt(
+        &self,
+        owner: OwnerId,
+        field: &Arc<str>,
+        lease: Option<Duration>,
+        adopt: bool,
+    ) -> Result<Tried> {
+        let inner = self.inner().clone();
+        // What the client knows of this field's holds is only settled once its earlier
+        // requests are (see `InFlight`).
+        if inner.inflight.busy(&self.name, field) {
+            // Boxed: rarely taken, and every waiting task carries this future.
+            Box::pin(
+                inner
+                    .inflight
+                    .settled(&self.name, field, inner.offer_bound()),
+            )
+            .await;
+        }
+        let hold = self.hold(field);
+        let registered = match lease {
+            // A fenced re-entry draws a token of its own in Redis, as Redisson's does.
+            None if !self.fenced => match inner.watchdog.reenter(&self.name, field) {
+                Ok(entry) => {
+                    tracing::debug!(token = entry.token, "re-entered a held lock locally");
+                    let token = entry.token;
+                    return Ok(Tried::Held(self.guard(
+                        hold,
+                        owner,
+                        token,
+                        GuardKind::Watchdog(entry),
+                    )));
+                }
+                Err(registered) => registered,
+            },
+            _ => inner.watchdog.is_registered(&self.name, field),
+        };
+        let effective = lease.unwrap_or(inner.config.watchdog_timeout);
+        let fresh = !registered && !inner.fixed.holds(&self.name, field);
+        let in_flight = inner.inflight.begin(&self.name, field);
+        let request = {
+            let (inner, hold) = (inner.clone(), hold.clone());
+            async move {
+                let _in_flight = in_flight;
+                let latch = raw::acquire_latch_key(&hold.name, &raw::request_id());
+                let mut call = raw::AcquireCall {
+                    name: &hold.name,
+                    token_key: &hold.token_key,
+                    latch: &latch,
+                    field: &hold.field,
+                    lease: effective,
+                    latch_ttl: inner.latch_ttl(),
+                    fresh,
+                    retry: adopt && fresh,
+                    fenced: hold.fenced,
+                };
+                let sync_retries = match inner.conn.sync() {
+                    ReplicaSync::Wait {
+                        on_failure: SyncFailure::Retry { attempts },
+                        ..
+                    } => *attempts,
+                    _ => 0,
+                };
+                let (mut attempt, mut unsynced) = (0, 0);
+                loop {
+                    attempt += 1;
+                    // The script that answers starts the lease afresh (a retry that
+                    // recognises the first grant renews it), so the lease is counted
+                    // from the send that got the answer.
+                    let sent = Instant::now();
+                    match raw::acquire(&inner.conn, &call).await {
+                        Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
+                            tracing::debug!(attempt, error = %e, "acquire reply lost; retrying with the same request id");
+                            call.retry = true;
+                            tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
+                        }
+                        // Rolled back, so the same request id starts afresh.
+                        Err(Error::NotReplicated { .. }) if unsynced < sync_retries => {
+                            unsynced += 1;
+                            call.retry = false;
+                            tokio::time::sleep(Duration::from_millis(50 * unsynced as u64)).await;
+                        }
+                        other => {
+                            if let Ok(Attempt::Acquired { latched: true, .. }) = &other {
+                                // The latch only matters to retries of this call, which are over.
+                                inner.janitor.discard(latch);
+                            }
+                            if matches!(&other, Ok(Attempt::Acquired { .. }))
+                                && inner.closed.is_set()
+                            {
+                                // The client shut down meanwhile, and released what it
+                                // held: this hold would be nobody's.
+                                undo_grant(&inner, &hold).await;
+                                return Err(Error::Closed);
+                            }
+                            if matches!(&other, Err(e) if e.may_have_run()) && fresh {
+                                // The last send may have granted what nobody will hold: a
+                                // first hold is the field itself, so giving it back is safe.
+                                undo_grant(&inner, &hold).await;
+                            }
+                            return other.map(|a| (a, sent));
+                        }
+                    }
+                }
+            }
+        };
+        let orphan = {
+            let (inner, hold) = (inner.clone(), hold.clone());
+            move |outcome: Result<(Attempt, Instant)>| async move {
+                if let Ok((Attempt::Acquired { .. }, _)) = outcome {
+                    undo_grant(&inner, &hold).await;
+                }
+            }
+        };
+        let (outcome, sent) = Completing::new(inner.spawner(), request, orphan).await?;
+        match outcome {
+            Attempt::Busy(ttl) => Ok(Tried::Busy(ttl)),
+            Attempt::Acquired { .. } if sent + effective <= Instant::now() => {
+                // The answer came after the lease it granted had run out (Redis stalled,
+                // or this future was not polled): the lock may be someone else's by now,
+                // and a guard would be lost on arrival. What is left of the hold goes.
+                tracing::debug!(lease = ?effective, "grant arrived after its lease ran out");
+                let in_flight = inner.inflight.begin(&self.name, field);
+                let undo = {
+                    let inner = inner.clone();
+                    async move {
+                        let _in_flight = in_flight;
+                        undo_grant(&inner, &hold).await;
+                    }
+                };
+                inner.spawner().errand(undo);
+                Ok(Tried::Late(sent.elapsed()))
+            }
+            Attempt::Acquired { token, .. } => {
+                tracing::debug!(lease = ?effective, watchdog = lease.is_none(), token, "lock acquired");
+                Ok(Tried::Held(self.held(hold, owner, lease, sent, token)))
+            }
+        }
+    }
+
+    /// The guard of a hold just taken in Redis by a request sent at `sent`: registered
+    /// with the watchdog, or counted as a fixed-lease hold.
+    pub(crate) fn held(
+        &self,
+        hold: Hold,
+        owner: OwnerId,
+        lease: Option<Duration>,
+        sent: Instant,
+        token: u64,
+    ) -> LockGuard {
+        let inner = self.inner();
+        let kind = match lease {
+            None => GuardKind::Watchdog(inner.watchdog.register(
+                &self.name,
+                &hold.field,
+                sent,
+                token,
+            )),
+            Some(l) => {
+                inner.fixed.add(&self.name, &hold.field);
+                GuardKind::Lease { expires: sent + l }
+            }
+        };
+        self.guard(hold, owner, token, kind)
+    }
+
+    /// `token` is what the script replied: 0 for a plain lock.
+    pub(crate) fn guard(
+        &self,
+        hold: Hold,
+        owner: OwnerId,
+        token: u64,
+        kind: GuardKind,
+    ) -> LockGuard {
+        let token = hold.fenced.then_some(token);
+        LockGuard::new(self.clone(), hold, owner, token, kind)
+    }
+}
+
+/// Gives back one hold taken by an acquire whose caller will not use it.
+pub(crate) async fn undo_grant(inner: &Arc<ClientInner>, hold: &Hold) {
+    let keep = inner
+        .watchdog
+        .is_registered(&hold.name, &hold.field)
+        .then(|| inner.watchdog.lease());
+    let undo = release_hold(inner, hold, keep, 1).await;
+    tracing::debug!(lock = %hold.name, ?undo, "released a hold nobody will use");
+}

@@ -1,0 +1,189 @@
+//! Giving holds back: the release protocol, its retries, and the settlement of a
+//! hand-over riding on it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::ClientInner;
+use crate::error::Result;
+use crate::handover::{Grant, Offer, Ticket};
+use crate::raw::{self, Release, ReleaseCall};
+use crate::target::{Hold, ATTEMPTS};
+
+/// Releases a hold nobody will use, in the background.
+pub(crate) fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
+    // In flight from now, not from the task's first poll: an acquire of the same field
+    // must wait for it (see `InFlight`).
+    let in_flight = inner.inflight.begin(&hold.name, &hold.field);
+    inner.clone().spawner().errand(async move {
+        let _in_flight = in_flight;
+        let r = release_hold(&inner, &hold, None, 1).await;
+        tracing::debug!(lock = %hold.name, outcome = ?r, "released an unused hold");
+    });
+}
+
+/// An offer riding on a release. Settled by `send_release`; if it is dropped unsettled
+/// (the runtime went away), the waiter is freed.
+struct Offered {
+    ticket: Arc<Ticket>,
+    inner: Arc<ClientInner>,
+    name: Arc<str>,
+    settled: bool,
+}
+
+impl Offered {
+    /// The release did not hand over; it does not count toward the run either.
+    fn withdraw(&mut self, unsure: bool) {
+        self.settled = true;
+        self.inner.handover.withdraw(&self.name);
+        if unsure {
+            self.ticket.unsure();
+        } else {
+            self.ticket.revert();
+        }
+    }
+}
+
+impl Drop for Offered {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.withdraw(false);
+        }
+    }
+}
+
+/// Releases everything `field` holds on `name` (the client shuts down), and wakes the
+/// lock's waiters if that frees it.
+pub(crate) async fn release_field(
+    inner: &Arc<ClientInner>,
+    name: &Arc<str>,
+    field: &Arc<str>,
+) -> Result<()> {
+    let hold = Hold {
+        name: name.clone(),
+        channel: raw::channel_name(name).into(),
+        token_key: raw::token_key(name).into(),
+        field: field.clone(),
+        // No hand-over at shutdown, so the counter is not touched either way.
+        fenced: false,
+    };
+    release_hold(inner, &hold, None, u32::MAX).await.map(|_| ())
+}
+
+/// Gives back `holds` of the hash's count; when that may be the last hold, hands the lock
+/// to the oldest sleeping waiter of this client if there is one (see [`crate::handover`]).
+pub(crate) async fn release_hold(
+    inner: &Arc<ClientInner>,
+    hold: &Hold,
+    keep: Option<Duration>,
+    holds: u32,
+) -> Result<Release> {
+    let _in_flight = inner.inflight.begin(&hold.name, &hold.field);
+    // Holds this client still counts for the field make this release partial: offering
+    // the lock with it would only wake a waiter for nothing.
+    let last = keep.is_none()
+        && !inner.watchdog.is_registered(&hold.name, &hold.field)
+        && !inner.fixed.holds(&hold.name, &hold.field);
+    // A client shutting down hands nothing to its waiters: they are leaving.
+    let plan = if last && inner.hands_over() && !inner.closed.is_set() {
+        inner.handover.offer(&hold.name)
+    } else {
+        Offer::Publish
+    };
+    match plan {
+        Offer::To(ticket) => {
+            let offer = Offered {
+                ticket,
+                inner: inner.clone(),
+                name: hold.name.clone(),
+                settled: false,
+            };
+            send_release(inner, hold, keep, holds, Some(offer), false).await
+        }
+        Offer::EndStreak => send_release(inner, hold, keep, holds, None, true).await,
+        Offer::Publish => send_release(inner, hold, keep, holds, None, false).await,
+    }
+}
+
+/// Sends one release and settles the offer riding on it. A transient failure is retried
+/// with the same request id, so a retry of an unlock that did run replays its outcome
+/// instead of counting down twice (or handing over twice).
+async fn send_release(
+    inner: &Arc<ClientInner>,
+    hold: &Hold,
+    keep: Option<Duration>,
+    holds: u32,
+    mut offer: Option<Offered>,
+    ends_streak: bool,
+) -> Result<Release> {
+    let sent = Instant::now();
+    let latch = raw::latch_key(&hold.name, &raw::request_id());
+    let mut call = ReleaseCall {
+        name: &hold.name,
+        channel: &hold.channel,
+        token_key: &hold.token_key,
+        latch: &latch,
+        field: &hold.field,
+        next: offer.as_ref().map(|o| (&*o.ticket.field, o.ticket.lease)),
+        keep,
+        holds,
+        latch_ttl: inner.latch_ttl(),
+        retry: false,
+        // A fenced waiter's grant needs a token even if the releasing handle is plain.
+        fenced: hold.fenced || offer.as_ref().is_some_and(|o| o.ticket.fenced),
+    };
+    let mut attempt = 0;
+    let outcome = loop {
+        attempt += 1;
+        match raw::release(&inner.conn, &call).await {
+            // A published full release writes no latch: the field is gone because the
+            // lost first send released it.
+            Ok(Release::NotHeld) if call.retry => break Ok(Release::Released),
+            Ok(r) => {
+                if matches!(r, Release::StillHeld | Release::HandedOver { .. }) {
+                    // The latch only matters to retries of this call, which are over.
+                    inner.janitor.discard(latch);
+                }
+                break Ok(r);
+            }
+            Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
+                tracing::debug!(attempt, error = %e, "unlock reply lost; retrying with the same request id");
+                call.retry = true;
+                tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    if ends_streak && outcome.as_ref().is_ok_and(|r| *r == Release::Released) {
+        // Two round trips: the message's way to the other waiters and their acquire.
+        // Capped: a slow (retried) unlock says little about the round trip.
+        let period = (sent.elapsed() * 2).min(Duration::from_millis(20));
+        inner.handover.hold_back(&hold.name, period);
+    }
+    if let Some(mut o) = offer.take() {
+        match &outcome {
+            Ok(Release::HandedOver { token }) => {
+                o.settled = true;
+                if !o.ticket.deliver(Grant {
+                    token: *token,
+                    sent,
+                }) {
+                    // The waiter left meanwhile: the hold is ours to give back.
+                    release_detached(
+                        inner.clone(),
+                        Hold {
+                            field: o.ticket.field.clone(),
+                            ..hold.clone()
+                        },
+                    );
+                }
+            }
+            Ok(_) => o.withdraw(false),
+            // Maybe it ran: the waiter adopts what it may have been given.
+            Err(_) => o.withdraw(true),
+        }
+    }
+    outcome
+}

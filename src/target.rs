@@ -1,0 +1,122 @@
+//! What every lock call acts on: the client's shared services and one lock's keys, and
+//! the limits its inputs are checked against.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::ClientInner;
+use crate::error::{Error, Result};
+use crate::identity::{holder_field, OwnerId};
+use crate::raw;
+
+/// Longest lock name accepted, in bytes. Redis would take more, but a name this long is
+/// almost surely a bug, and every waiter and renewal would carry it.
+pub const MAX_NAME_LEN: usize = 64 * 1024;
+
+/// Longest lease, wait or timeout accepted: 2^62 ms (about 146 million years). Redis
+/// rejects expiry times that overflow its signed 64-bit millisecond clock; this limit
+/// keeps well inside it.
+pub const MAX_DURATION: Duration = Duration::from_millis(1 << 62);
+
+pub(crate) fn check_duration(what: &'static str, d: Duration) -> Result<()> {
+    if d > MAX_DURATION {
+        return Err(Error::DurationOutOfRange {
+            what,
+            duration: d,
+            max: MAX_DURATION,
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_lease(lease: Duration) -> Result<()> {
+    if lease.is_zero() {
+        return Err(Error::InvalidLease {
+            lease,
+            reason: "a zero lease would expire before anyone could use the lock",
+        });
+    }
+    if lease < Duration::from_millis(1) {
+        return Err(Error::InvalidLease {
+            lease,
+            reason: "Redis counts leases in whole milliseconds; the least is 1 ms",
+        });
+    }
+    check_duration("lease", lease)
+}
+
+/// One lock of one client: what [`Lock`](crate::Lock) wraps and every guard keeps.
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub(crate) inner: Arc<ClientInner>,
+    pub(crate) name: Arc<str>,
+    pub(crate) channel: Arc<str>,
+    pub(crate) token_key: Arc<str>,
+    /// A fenced lock: every acquisition draws a token (Redisson's `RFencedLock`).
+    pub(crate) fenced: bool,
+}
+
+impl Target {
+    pub(crate) fn new(inner: Arc<ClientInner>, name: String, fenced: bool) -> Target {
+        let channel = raw::channel_name(&name).into();
+        let token_key = raw::token_key(&name).into();
+        Target {
+            inner,
+            name: name.into(),
+            channel,
+            token_key,
+            fenced,
+        }
+    }
+
+    pub(crate) fn check_name(&self) -> Result<()> {
+        if self.name.is_empty() {
+            return Err(Error::EmptyName);
+        }
+        if self.name.len() > MAX_NAME_LEN {
+            return Err(Error::NameTooLong {
+                len: self.name.len(),
+                max: MAX_NAME_LEN,
+            });
+        }
+        if self.inner().conn.is_cluster() && !raw::cluster_safe(&self.name) {
+            return Err(Error::NameNotClusterSafe {
+                name: self.name.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<ClientInner> {
+        &self.inner
+    }
+
+    pub(crate) fn current_field(&self) -> (OwnerId, Arc<str>) {
+        let owner = OwnerId::current();
+        (owner, holder_field(&self.inner().id, owner).into())
+    }
+
+    pub(crate) fn hold(&self, field: &Arc<str>) -> Hold {
+        Hold {
+            name: self.name.clone(),
+            channel: self.channel.clone(),
+            token_key: self.token_key.clone(),
+            field: field.clone(),
+            fenced: self.fenced,
+        }
+    }
+}
+
+/// How many times one acquire or unlock is sent when its reply may have been lost
+/// (timeout, broken connection).
+pub(crate) const ATTEMPTS: u32 = 3;
+
+/// What identifies one hold on the server.
+#[derive(Clone)]
+pub(crate) struct Hold {
+    pub(crate) name: Arc<str>,
+    pub(crate) channel: Arc<str>,
+    pub(crate) token_key: Arc<str>,
+    pub(crate) field: Arc<str>,
+    pub(crate) fenced: bool,
+}
