@@ -75,9 +75,14 @@ pub use handover::{DEFAULT_HANDOVER_LIMIT, DEFAULT_HANDOVER_WINDOW};
 pub use identity::OwnerId;
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock, RedLock};
-pub use raw::{channel_name, token_key, UNLOCK_MESSAGE};
 pub use target::{MAX_DURATION, MAX_NAME_LEN};
-pub use watchdog::BATCH as RENEW_BATCH;
+
+/// Wire-level names of the lock layout (Redisson's), for tools that inspect or drive
+/// locks by hand; `docs/protocol.md` ([`docs::protocol`]) specifies them.
+pub mod protocol {
+    pub use crate::raw::{channel_name, token_key, UNLOCK_MESSAGE};
+    pub use crate::watchdog::BATCH as RENEW_BATCH;
+}
 
 /// The crate's documents (`docs/*.md` in the repository), rendered with the API.
 // `KEYS[1]` and `ARGV[6]` in the protocol read as links to rustdoc; they are not.

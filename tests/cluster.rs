@@ -86,7 +86,7 @@ async fn cluster_locks_over_all_masters_with_sharded_waiters_and_slot_grouped_re
             g.unlock().await.unwrap();
         }));
     }
-    let probe = redis_rlock::channel_name(&names[0]);
+    let probe = redis_rlock::protocol::channel_name(&names[0]);
     let owner = topo.master_of_slot(topo.keyslot(&names[0]));
     let node = topo.nodes.iter().find(|n| n.port == owner).unwrap();
     let subscribed = common::eventually(Duration::from_secs(5), || {
@@ -174,7 +174,7 @@ async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
         // unlocks. Redis 7 also accepts SSUBSCRIBE at a replica of the owner, such as
         // the demoted master, but the owner forwards messages only to the replicas it
         // knows of, which it learns by gossip: unlocks published before that are lost.
-        let channel = redis_rlock::channel_name(&name);
+        let channel = redis_rlock::protocol::channel_name(&name);
         let new_owner = topo.nodes.iter().find(|n| n.port == new).unwrap();
         let moved = common::eventually(Duration::from_secs(5), || {
             let v: Vec<redis::Value> = new_owner.cmd(&["PUBSUB", "SHARDNUMSUB", &channel]);

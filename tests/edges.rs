@@ -205,8 +205,8 @@ async fn an_unlock_wakes_a_waiter_of_its_own_name_on_a_shared_channel() {
     let holder = client_with(&s.url(), wd, Duration::from_secs(1)).await;
     let z = client_with(&s.url(), wd, Duration::from_secs(1)).await;
     assert_eq!(
-        redis_rlock::channel_name("coll"),
-        redis_rlock::channel_name("{coll}")
+        redis_rlock::protocol::channel_name("coll"),
+        redis_rlock::protocol::channel_name("{coll}")
     );
     let long = holder.lock("coll").lock().await.unwrap();
     let short = holder.lock("{coll}").lock().await.unwrap();
@@ -276,7 +276,7 @@ async fn a_stray_message_costs_one_attempt_per_name_not_per_waiter() {
             }
         }));
     }
-    let channel = redis_rlock::channel_name("stray");
+    let channel = redis_rlock::protocol::channel_name("stray");
     let settled = common::eventually(Duration::from_secs(3), || s.numsub(&channel) == 1).await;
     assert!(settled);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -339,7 +339,7 @@ async fn authentication_is_checked_at_build_and_typed() {
 async fn a_corrupt_token_counter_fails_typed_and_takes_no_hold() {
     let s = RedisServer::start();
     let c = client_with(&s.url(), Duration::from_secs(5), Duration::from_secs(1)).await;
-    let key = redis_rlock::token_key("tok");
+    let key = redis_rlock::protocol::token_key("tok");
     for corrupt in [
         &["SET", key.as_str(), "-3"][..],
         &["SET", key.as_str(), "abc"][..],

@@ -95,7 +95,7 @@ async fn an_unlock_hands_the_lock_to_a_waiting_task_without_publishing() {
         "a plain guard carries no token"
     );
     assert_eq!(
-        s.cmd::<u64>(&["GET", &redis_rlock::token_key("ho")]),
+        s.cmd::<u64>(&["GET", &redis_rlock::protocol::token_key("ho")]),
         first_token.unwrap() + 1,
         "the hand-over from a fenced hold drew a token"
     );
@@ -213,9 +213,9 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
     let run = |conn: &mut redis::Connection, next: &str, retry: &str| -> redis::Value {
         script
             .key("ho-lua")
-            .key(redis_rlock::channel_name("ho-lua"))
+            .key(redis_rlock::protocol::channel_name("ho-lua"))
             .key("redisson_unlock_latch:{ho-lua}:r1")
-            .key(redis_rlock::token_key("ho-lua"))
+            .key(redis_rlock::protocol::token_key("ho-lua"))
             .arg("0")
             .arg(0)
             .arg("c:1")

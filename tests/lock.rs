@@ -365,7 +365,7 @@ async fn a_waiter_is_woken_by_the_unlock_message_not_the_ttl() {
         g.unlock().await.unwrap();
         at
     });
-    let channel = redis_rlock::channel_name("handoff");
+    let channel = redis_rlock::protocol::channel_name("handoff");
     assert!(eventually(Duration::from_secs(5), || s.numsub(&channel) == 1).await);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
@@ -431,7 +431,7 @@ async fn waiters_recover_when_the_pubsub_connection_is_killed() {
         let g = lock.lock().await.unwrap();
         g.unlock().await.unwrap();
     });
-    let channel = redis_rlock::channel_name("resub");
+    let channel = redis_rlock::protocol::channel_name("resub");
     assert!(eventually(Duration::from_secs(5), || s.numsub(&channel) == 1).await);
     let killed: i64 = s.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     assert_eq!(killed, 1);
@@ -790,7 +790,7 @@ async fn force_unlock_wakes_a_waiter_and_marks_local_guards_lost() {
     let waiter = tokio::spawn(async move { lock_b.lock().await.unwrap().unlock().await });
     assert!(
         eventually(Duration::from_secs(5), || s
-            .numsub(&redis_rlock::channel_name("forced"))
+            .numsub(&redis_rlock::protocol::channel_name("forced"))
             == 1)
         .await
     );
@@ -836,7 +836,7 @@ async fn fencing_tokens_rise_with_every_acquisition() {
         outer.unlock().await.unwrap();
         assert!(!lock.is_locked().await.unwrap());
     }
-    let key = redis_rlock::token_key("fenced");
+    let key = redis_rlock::protocol::token_key("fenced");
     assert_eq!(key, "redisson_lock_token:{fenced}");
     assert_eq!(s.cmd::<u64>(&["GET", &key]), last);
     // A plain lock writes what Redisson's RLock writes: no counter.
@@ -849,7 +849,7 @@ async fn fencing_tokens_rise_with_every_acquisition() {
     nested.unlock().await.unwrap();
     plain.unlock().await.unwrap();
     assert_eq!(
-        s.cmd::<i64>(&["EXISTS", &redis_rlock::token_key("plain")]),
+        s.cmd::<i64>(&["EXISTS", &redis_rlock::protocol::token_key("plain")]),
         0,
         "a plain lock wrote a token counter"
     );

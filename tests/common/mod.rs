@@ -274,7 +274,7 @@ impl RedisServer {
     pub fn all_numsub(&self, names: &[String], n: i64) -> bool {
         names
             .iter()
-            .all(|name| self.numsub(&redis_rlock::channel_name(name)) == n)
+            .all(|name| self.numsub(&redis_rlock::protocol::channel_name(name)) == n)
     }
 
     /// Calls of a command since start (INFO commandstats).

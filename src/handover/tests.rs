@@ -1,0 +1,208 @@
+//! Unit tests of the hand-over queue and its offers.
+use super::*;
+
+fn hub(limit: u32) -> Arc<Handover> {
+    Arc::new(Handover::new(limit, Duration::from_secs(3600)))
+}
+
+fn to(o: Offer) -> Arc<Ticket> {
+    match o {
+        Offer::To(t) => t,
+        _ => panic!("expected an offer"),
+    }
+}
+
+fn grant(token: u64) -> Grant {
+    Grant {
+        token,
+        sent: Instant::now(),
+    }
+}
+
+#[tokio::test]
+async fn offers_oldest_first_and_bounds_the_streak() {
+    let h = hub(2);
+    let name: Arc<str> = "n".into();
+    let ws: Vec<Waiter> = (0..3)
+        .map(|i| {
+            h.waiter(
+                &name,
+                &format!("f{i}").into(),
+                Duration::from_secs(1),
+                false,
+            )
+        })
+        .collect();
+    // Parked in reverse order; first-wait order still wins.
+    for w in ws.iter().rev() {
+        w.park(None);
+    }
+    assert_eq!(&*to(h.offer("n")).field, "f0");
+    assert_eq!(&*to(h.offer("n")).field, "f1");
+    assert!(
+        matches!(h.offer("n"), Offer::EndStreak),
+        "third in a row is published"
+    );
+    assert_eq!(&*to(h.offer("n")).field, "f2");
+    assert!(matches!(h.offer("n"), Offer::Publish), "nobody left");
+    assert_eq!(
+        h.queues.lock()["n"].streak,
+        1,
+        "a run still counting is kept"
+    );
+    assert!(matches!(h.offer("other"), Offer::Publish));
+}
+
+#[tokio::test]
+async fn grant_reaches_waiter_or_comes_back() {
+    let h = hub(4);
+    let name: Arc<str> = "n".into();
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    w.park(None);
+    let t = to(h.offer("n"));
+    assert_eq!(w.unpark(), Woke::Offered);
+    assert!(t.deliver(grant(7)));
+    assert!(matches!(w.outcome().await, Woke::Granted(g) if g.token == 7));
+
+    // Offered, then the waiter leaves: the unlocker keeps the grant.
+    w.park(None);
+    let t = to(h.offer("n"));
+    assert_eq!(w.leave(), None);
+    assert!(!t.deliver(grant(8)));
+
+    // Granted but never taken: the leaving waiter gets it back.
+    let w = h.waiter(&name, &"g".into(), Duration::from_secs(1), false);
+    w.park(None);
+    let t = to(h.offer("n"));
+    assert!(t.deliver(grant(9)));
+    assert_eq!(w.leave().map(|g| g.token), Some(9));
+}
+
+#[tokio::test]
+async fn revert_frees_the_waiter() {
+    let h = hub(4);
+    let name: Arc<str> = "n".into();
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    w.park(None);
+    let t = to(h.offer("n"));
+    t.revert();
+    w.picked().await;
+    assert_eq!(w.unpark(), Woke::Free);
+    assert_eq!(w.outcome().await, Woke::Free);
+    assert!(h.queues.lock()["n"].sleeping.is_empty());
+    h.withdraw("n");
+    assert_eq!(h.queues.lock()["n"].streak, 0);
+}
+
+#[tokio::test]
+async fn a_failed_unlock_leaves_the_waiter_unsure_once() {
+    let h = hub(4);
+    let name: Arc<str> = "n".into();
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    w.park(None);
+    let t = to(h.offer("n"));
+    t.unsure();
+    assert_eq!(w.outcome().await, Woke::Unsure);
+    // Taken: the next sleep starts afresh.
+    assert_eq!(w.unpark(), Woke::Free);
+    // Unsure, then the waiter leaves: nothing is handed back (nobody knows).
+    w.park(None);
+    let t = to(h.offer("n"));
+    t.unsure();
+    assert_eq!(w.leave(), None);
+}
+
+#[tokio::test]
+async fn idle_entries_are_dropped() {
+    let h = Arc::new(Handover::new(4, Duration::from_millis(10)));
+    let name: Arc<str> = "n".into();
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    w.park(None);
+    let _t = to(h.offer("n"));
+    // A run is counting: the entry stays while its window lasts.
+    w.unpark();
+    assert!(h.queues.lock().contains_key("n"));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    w.park(None);
+    w.unpark();
+    assert!(h.queues.lock().is_empty());
+}
+
+#[tokio::test]
+async fn an_abandoned_offer_is_left_to_its_lease() {
+    let h = hub(4);
+    let name: Arc<str> = "n".into();
+    let mut w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    w.park(None);
+    let t = to(h.offer("n"));
+    assert_eq!(w.abandon_offer(), Woke::Free);
+    assert!(t.deliver(grant(5)), "a late grant is left to its lease");
+    // The fresh ticket is offered again, in the same place.
+    w.park(None);
+    let t = to(h.offer("n"));
+    assert!(t.deliver(grant(6)));
+    assert!(matches!(w.abandon_offer(), Woke::Granted(g) if g.token == 6));
+}
+
+#[tokio::test]
+async fn zero_limit_never_offers() {
+    let h = hub(0);
+    let name: Arc<str> = "n".into();
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    w.park(None);
+    assert!(matches!(h.offer("n"), Offer::Publish));
+}
+
+#[tokio::test]
+async fn newcomers_queue_behind_sleepers_while_the_lease_is_known() {
+    let h = hub(4);
+    let name: Arc<str> = "n".into();
+    assert!(h.behind("n").is_none());
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    w.park(None);
+    assert!(h.behind("n").is_none(), "no lease known");
+    w.unpark();
+    w.park(Some(Instant::now() + Duration::from_secs(60)));
+    assert!(h.behind("n").is_some());
+    w.unpark();
+    assert!(h.behind("n").is_none(), "nobody asleep");
+    w.park(Some(Instant::now()));
+    assert!(h.behind("n").is_none(), "lease run out");
+}
+
+#[tokio::test]
+async fn a_streak_ends_when_its_window_has_passed() {
+    let h = Arc::new(Handover::new(100, Duration::from_millis(30)));
+    let name: Arc<str> = "n".into();
+    let ws: Vec<Waiter> = (0..3)
+        .map(|i| {
+            h.waiter(
+                &name,
+                &format!("f{i}").into(),
+                Duration::from_secs(1),
+                false,
+            )
+        })
+        .collect();
+    for w in &ws {
+        w.park(None);
+    }
+    assert_eq!(&*to(h.offer("n")).field, "f0");
+    assert_eq!(&*to(h.offer("n")).field, "f1");
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert!(matches!(h.offer("n"), Offer::EndStreak));
+    assert_eq!(&*to(h.offer("n")).field, "f2", "a new streak begins");
+}
+
+#[tokio::test]
+async fn holding_back_lasts_its_period() {
+    let h = hub(1);
+    let name: Arc<str> = "n".into();
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    w.park(None);
+    assert!(h.held_back("n").is_none());
+    h.hold_back("n", Duration::from_secs(60));
+    assert!(h.held_back("n").is_some());
+    h.hold_back("n", Duration::ZERO);
+    assert!(h.held_back("n").is_none());
+}
