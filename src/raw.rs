@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use redis::Value;
+use redis::{FromRedisValue, ParsingError, Value};
 
 use crate::connection::{Conn, Synced};
 use crate::error::{Error, Result};
@@ -97,13 +97,79 @@ fn ms(d: Duration) -> u128 {
     d.as_millis()
 }
 
-fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        Value::SimpleString(s) => s.parse().ok(),
-        _ => None,
+/// The acquire script's reply, as Redis sent it.
+enum AcquireReply {
+    /// `{1, token, latched}`.
+    Granted { token: i64, latched: bool },
+    /// `{0, pttl}`.
+    Busy(i64),
+}
+
+impl FromRedisValue for AcquireReply {
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        let (kind, n, latched): (i64, i64, Option<i64>) = match v {
+            Value::Array(items) if (2..=3).contains(&items.len()) => {
+                let mut items = items.into_iter();
+                let mut next = || items.next().map(i64::from_redis_value).transpose();
+                (
+                    next()?.unwrap_or_default(),
+                    next()?.unwrap_or_default(),
+                    next()?,
+                )
+            }
+            other => return Err(shape("acquire", &other)),
+        };
+        match kind {
+            1 => Ok(AcquireReply::Granted {
+                token: n,
+                latched: latched == Some(1),
+            }),
+            0 => Ok(AcquireReply::Busy(n)),
+            _ => Err(ParsingError::from(format!(
+                "acquire script answered {kind}"
+            ))),
+        }
     }
+}
+
+/// The unlock script's reply, as Redis sent it.
+enum UnlockReply {
+    /// nil.
+    NotHeld,
+    /// `0`.
+    StillHeld,
+    /// `1`.
+    Released,
+    /// `{2, token}`.
+    HandedOver(i64),
+}
+
+impl FromRedisValue for UnlockReply {
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        match v {
+            Value::Nil => Ok(UnlockReply::NotHeld),
+            Value::Array(items) if items.len() == 2 => {
+                let mut items = items.into_iter();
+                let kind = i64::from_redis_value(items.next().unwrap_or(Value::Nil))?;
+                let token = i64::from_redis_value(items.next().unwrap_or(Value::Nil))?;
+                match kind {
+                    2 => Ok(UnlockReply::HandedOver(token)),
+                    _ => Err(ParsingError::from(format!(
+                        "unlock script answered {{{kind}, ..}}"
+                    ))),
+                }
+            }
+            other => match i64::from_redis_value(other)? {
+                0 => Ok(UnlockReply::StillHeld),
+                1 => Ok(UnlockReply::Released),
+                n => Err(ParsingError::from(format!("unlock script answered {n}"))),
+            },
+        }
+    }
+}
+
+fn shape(what: &str, v: &Value) -> ParsingError {
+    ParsingError::from(format!("{what} script answered {v:?}"))
 }
 
 fn unexpected(what: &str, v: &Value) -> Error {
@@ -154,15 +220,10 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
         .await
         .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
     let (reply, synced) = reply;
-    let (pair, latched) = match &reply {
-        Value::Array(items) if items.len() >= 2 => (
-            (int(&items[0]), int(&items[1])),
-            items.get(2).and_then(int) == Some(1),
-        ),
-        _ => ((None, None), false),
-    };
-    match pair {
-        (Some(1), Some(_)) if synced == Synced::Acked(0) => {
+    let decoded =
+        AcquireReply::from_redis_value(reply.clone()).map_err(|_| unexpected("acquire", &reply))?;
+    match decoded {
+        AcquireReply::Granted { .. } if synced == Synced::Acked(0) => {
             rollback(conn, call).await;
             let waited = match conn.sync() {
                 crate::client::ReplicaSync::Wait { timeout, .. } => *timeout,
@@ -173,18 +234,20 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
                 waited,
             })
         }
-        (Some(1), Some(token)) if token_ok(call.fenced, token) => Ok(Attempt::Acquired {
-            token: token as u64,
-            latched,
-        }),
-        (Some(0), Some(ttl)) if ttl >= 0 => {
+        AcquireReply::Granted { token, latched } if token_ok(call.fenced, token) => {
+            Ok(Attempt::Acquired {
+                token: token as u64,
+                latched,
+            })
+        }
+        AcquireReply::Granted { .. } => Err(unexpected("acquire", &reply)),
+        AcquireReply::Busy(ttl) if ttl >= 0 => {
             Ok(Attempt::Busy(Some(Duration::from_millis(ttl as u64))))
         }
         // -1: a hash without expiry, written by someone else; -2 cannot happen (the
         // script saw the key), but would mean "gone", and a retry is right either way.
-        (Some(0), Some(-2)) => Ok(Attempt::Busy(Some(Duration::ZERO))),
-        (Some(0), Some(_)) => Ok(Attempt::Busy(None)),
-        _ => Err(unexpected("acquire", &reply)),
+        AcquireReply::Busy(-2) => Ok(Attempt::Busy(Some(Duration::ZERO))),
+        AcquireReply::Busy(_) => Ok(Attempt::Busy(None)),
     }
 }
 
@@ -272,23 +335,18 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         // expires by its lease, which is safe.
         tracing::debug!(lock = %call.name, "no replica acknowledged an unlock");
     }
-    match reply {
-        Value::Nil => Ok(Release::NotHeld),
-        Value::Array(ref items) if items.len() == 2 && int(&items[0]) == Some(2) => {
-            match int(&items[1]) {
-                Some(token) if token_ok(call.fenced, token) && call.next.is_some() => {
-                    Ok(Release::HandedOver {
-                        token: token as u64,
-                    })
-                }
-                _ => Err(unexpected("unlock", &reply)),
-            }
+    let decoded =
+        UnlockReply::from_redis_value(reply.clone()).map_err(|_| unexpected("unlock", &reply))?;
+    match decoded {
+        UnlockReply::NotHeld => Ok(Release::NotHeld),
+        UnlockReply::StillHeld => Ok(Release::StillHeld),
+        UnlockReply::Released => Ok(Release::Released),
+        UnlockReply::HandedOver(token) if token_ok(call.fenced, token) && call.next.is_some() => {
+            Ok(Release::HandedOver {
+                token: token as u64,
+            })
         }
-        ref v => match int(v) {
-            Some(0) => Ok(Release::StillHeld),
-            Some(1) => Ok(Release::Released),
-            _ => Err(unexpected("unlock", v)),
-        },
+        UnlockReply::HandedOver(_) => Err(unexpected("unlock", &reply)),
     }
 }
 
@@ -312,9 +370,10 @@ pub(crate) async fn renew(
         .await
         .map_err(|e| Error::from_redis(e, first, conn.response_timeout))?;
     match reply {
-        Value::Array(items) if items.len() == batch.len() => {
-            Ok(items.iter().map(|v| int(v) == Some(1)).collect())
-        }
+        Value::Array(items) if items.len() == batch.len() => Ok(items
+            .into_iter()
+            .map(|v| i64::from_redis_value(v).ok() == Some(1))
+            .collect()),
         ref v => Err(unexpected("renew", v)),
     }
 }
@@ -330,9 +389,9 @@ pub(crate) async fn force_release(conn: &Conn, name: &str, channel: &str) -> Res
         .await
         .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
     let (reply, _) = reply;
-    match int(&reply) {
-        Some(n) => Ok(n == 1),
-        None => Err(unexpected("force unlock", &reply)),
+    match i64::from_redis_value(reply.clone()) {
+        Ok(n) => Ok(n == 1),
+        Err(_) => Err(unexpected("force unlock", &reply)),
     }
 }
 

@@ -5,7 +5,7 @@
 //! call is sent once more as `EVAL`, which also caches the script for the next time.
 
 use once_cell::sync::Lazy;
-use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, ToRedisArgs, Value};
 
 use crate::connection::{Conn, Synced};
 
@@ -74,8 +74,8 @@ impl ScriptCall {
         self
     }
 
-    pub(crate) fn arg(mut self, arg: impl std::fmt::Display) -> Self {
-        self.args.push(arg.to_string().into_bytes());
+    pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
+        arg.write_redis_args(&mut self.args);
         self
     }
 
