@@ -4,10 +4,10 @@
 //! replay their outcome; once the call has its answer the latch is garbage. Deleting each
 //! one with its own command would add a command (and a task wake-up) to every such call;
 //! instead one task per client gathers keys for [`GATHER`] after the first arrives, then
-//! sends one `DEL` for all of them: under heavy load, a few `DEL`s of hundreds of keys
-//! every 20 ms (gathering for 2 ms cost a quarter of the contended benchmark's grants per
-//! second: the waking task and its `DEL` land between the hand-overs). A latch that is
-//! never deleted (client gone, Redis down) expires by its own TTL.
+//! sends one `DEL` for all of them. The gathering window is long on purpose: each wake-up
+//! of the task and each `DEL` lands between hand-overs on a contended lock, so fewer of
+//! them leave more room for grants (`docs/benchmarks.md`, W3). A latch that is never
+//! deleted (client gone, Redis down) expires by its own TTL.
 
 use std::sync::Arc;
 

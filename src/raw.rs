@@ -58,8 +58,7 @@ pub(crate) fn acquire_latch_key(name: &str, request_id: &str) -> String {
 }
 
 /// A fresh request id, unique across processes: a random prefix drawn once per process,
-/// then a counter. Drawing randomness per request cost a `getrandom` system call on
-/// every acquire and unlock.
+/// then a counter, so that no request pays for drawing randomness of its own.
 pub(crate) fn request_id() -> String {
     static PREFIX: once_cell::sync::Lazy<String> =
         once_cell::sync::Lazy::new(|| uuid::Uuid::new_v4().simple().to_string());
