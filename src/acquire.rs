@@ -8,12 +8,12 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::attempt::Tried;
-use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handover::{Waiter, Woke};
 use crate::identity::OwnerId;
 use crate::release::release_detached;
+use crate::services::ClientInner;
 use crate::target::{check_lease, Hold, Target};
 
 /// How long an acquisition may wait.

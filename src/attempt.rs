@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::{ClientInner, ReplicaSync, SyncFailure};
+use crate::client::{ReplicaSync, SyncFailure};
 use crate::error::{Error, Result};
 use crate::guard::{GuardKind, LockGuard};
 use crate::identity::OwnerId;
 use crate::inflight::Completing;
 use crate::raw::{self, Attempt};
 use crate::release::release_hold;
+use crate::services::ClientInner;
 use crate::target::{Hold, Target, ATTEMPTS};
 
 /// What one acquire attempt found.

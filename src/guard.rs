@@ -7,12 +7,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::identity::OwnerId;
 use crate::inflight::{Completing, InFlightGuard};
 use crate::raw::Release;
 use crate::release::release_hold;
+use crate::services::ClientInner;
 use crate::target::{Hold, Target};
 use crate::watchdog::{Released, WatchEntry};
 

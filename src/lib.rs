@@ -60,6 +60,7 @@ mod pubsub;
 mod raw;
 mod release;
 mod scripts;
+mod services;
 mod slot;
 mod target;
 mod watchdog;

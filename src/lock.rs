@@ -6,10 +6,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::Wait;
-use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::raw;
+use crate::services::ClientInner;
 use crate::target::{check_duration, Target};
 
 /// A named distributed lock, reentrant per tokio task (see [`OwnerId`]; futures run

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::ClientInner;
 use crate::error::Result;
 use crate::handover::{Grant, Offer, Ticket};
 use crate::raw::{self, Release, ReleaseCall};
+use crate::services::ClientInner;
 use crate::target::{Hold, ATTEMPTS};
 
 /// Releases a hold nobody will use, in the background.

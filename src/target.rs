@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::identity::{holder_field, OwnerId};
 use crate::raw;
+use crate::services::ClientInner;
 
 /// Longest lock name accepted, in bytes. Redis would take more, but a name this long is
 /// almost surely a bug, and every waiter and renewal would carry it.

@@ -1,0 +1,87 @@
+//! What a client's locks share: the command connection, the watchdog, the pub/sub hub,
+//! the janitor, the per-client tables and the background work. [`Client`](crate::Client)
+//! is the public facade over it; the locks below it hold this, never the facade.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+
+use crate::background::{Background, Signal, Spawner};
+use crate::client::{Config, ReplicaSync};
+use crate::connection::Conn;
+use crate::error::{Error, Result};
+use crate::janitor::Janitor;
+use crate::pubsub::PubSubHub;
+use crate::watchdog::Watchdog;
+
+/// One client's shared services.
+pub(crate) struct ClientInner {
+    pub(crate) id: String,
+    pub(crate) conn: Conn,
+    pub(crate) config: Config,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) pubsub: PubSubHub,
+    pub(crate) janitor: Janitor,
+    pub(crate) fixed: crate::fixed::FixedHolds,
+    pub(crate) handover: Arc<crate::handover::Handover>,
+    pub(crate) inflight: Arc<crate::inflight::InFlight>,
+    pub(crate) background: Arc<Background>,
+    /// Set by [`Client::shutdown`](crate::Client::shutdown): no new acquisition, waiters leave with `Closed`.
+    pub(crate) closed: Signal,
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        // The last handle and the last guard are gone: nothing may keep running for a
+        // client nobody can use.
+        self.background.stop_services();
+    }
+}
+
+impl ClientInner {
+    /// How long one acquire or unlock may take, retries and reconnects included, and a
+    /// little more: how long an offered waiter waits for the unlock carrying its offer,
+    /// and a request waits for earlier ones of the same holder field.
+    pub(crate) fn offer_bound(&self) -> Duration {
+        (self.config.response_timeout + self.config.connect_timeout) * 3
+            + Duration::from_millis(100)
+    }
+
+    /// The runtime for this client's background work (see [`Watchdog::home`]).
+    pub(crate) fn runtime(&self) -> Handle {
+        self.watchdog.home()
+    }
+
+    /// Where this client's errands go (see [`crate::background`]).
+    pub(crate) fn spawner(&self) -> Spawner {
+        Spawner {
+            background: self.background.clone(),
+            runtime: self.runtime(),
+        }
+    }
+
+    /// `Err(Closed)` once the client was shut down.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.is_set() {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// Whether releases may be handed to this client's waiters (see
+    /// [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit)). With
+    /// replica sync a grant would need the acknowledgement an acquire gets; there every
+    /// release is published.
+    pub(crate) fn hands_over(&self) -> bool {
+        self.config.handover_limit > 0 && matches!(self.conn.sync(), ReplicaSync::Off)
+    }
+
+    /// How long a request latch is kept: long enough to outlive every retry of its
+    /// request, short enough not to pile up.
+    pub(crate) fn latch_ttl(&self) -> Duration {
+        // Capped so that absurd timeouts cannot push PX past Redis's range.
+        ((self.config.response_timeout + self.config.connect_timeout) * 4)
+            .min(Duration::from_secs(24 * 3600))
+    }
+}
