@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handover::{Waiter, Woke};
 use crate::identity::OwnerId;
+use crate::pubsub::Subscription;
 use crate::release::release_detached;
 use crate::services::ClientInner;
 use crate::target::{check_lease, Hold, Target};
@@ -88,7 +89,7 @@ impl Target {
                 }
             }
         }
-        let mut ttl = match behind {
+        let ttl = match behind {
             Some(left) => Some(left),
             None => match self
                 .attempt_within(owner, &field, lease, false, wait)
@@ -118,15 +119,14 @@ impl Target {
             Wait::Until(d) => d,
         };
         tracing::debug!(?ttl, "lock busy; waiting");
-        let started = Instant::now();
-        let mut sub = self.inner().pubsub.subscribe(&self.channel, &self.name);
+        let sub = self.inner().pubsub.subscribe(&self.channel, &self.name);
         // The unlock may have happened between the first attempt and the subscription;
         // the attempt right after the SUBSCRIBE is confirmed covers that window.
         let Some(bound) = self.bound(ttl, deadline) else {
             return Ok(None);
         };
         sub.ready(bound).await;
-        let mut queued = Queued {
+        let queued = Queued {
             waiter: self.inner().handover.waiter(
                 &self.name,
                 &field,
@@ -136,121 +136,33 @@ impl Target {
             inner: self.inner().clone(),
             hold: self.hold(&field),
         };
-        // Start of the current run of transient errors, if in one.
-        let mut failing_since: Option<Instant> = None;
+        let mut waiting = Waiting {
+            target: self,
+            owner,
+            field,
+            lease,
+            wait,
+            deadline,
+            started: Instant::now(),
+            sub,
+            queued,
+            failing_since: None,
+            adopt: false,
+        };
         // A waiter that joined the queue without an attempt sleeps first.
-        let mut skip_attempt = behind.is_some();
-        // Set when a failed unlock may have handed this task the lock.
-        let mut adopt = false;
+        let mut step = match behind {
+            Some(left) => Step::Sleep {
+                ttl: Some(left),
+                lease_ends: None,
+            },
+            None => Step::Attempt,
+        };
         loop {
-            let mut lease_ends = None;
-            let tried = if std::mem::take(&mut skip_attempt) {
-                None
-            } else {
-                Some(self.attempt_within(owner, &field, lease, adopt, wait).await)
+            step = match step {
+                Step::Attempt => waiting.attempt().await,
+                Step::Sleep { ttl, lease_ends } => waiting.sleep(ttl, lease_ends).await,
+                Step::Done(outcome) => return outcome,
             };
-            match tried {
-                None => {}
-                Some(Ok(None)) => {
-                    tracing::debug!(waited = ?started.elapsed(), "wait ran out during an attempt");
-                    return Ok(None);
-                }
-                Some(Ok(Some(Tried::Held(guard)))) => {
-                    sub.wake_used();
-                    // `adopt` is over once an attempt got an answer.
-                    tracing::debug!(waited = ?started.elapsed(), "acquired after waiting");
-                    return Ok(Some(guard));
-                }
-                Some(Ok(Some(Tried::Late(_)))) => {
-                    sub.wake_used();
-                    adopt = false;
-                    failing_since = None;
-                    ttl = Some(Duration::ZERO);
-                }
-                Some(Ok(Some(Tried::Busy(t)))) => {
-                    sub.wake_used();
-                    adopt = false;
-                    failing_since = None;
-                    ttl = t;
-                    lease_ends = t.map(|t| Instant::now() + t);
-                }
-                Some(Err(e)) if e.is_transient() => {
-                    // A waiter rides out a failover or reconnect: the lock it waits for
-                    // is still there, on whichever node serves it next.
-                    let since = *failing_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.inner().config.retry_window {
-                        return Err(e);
-                    }
-                    tracing::debug!(error = %e, "transient error while waiting; retrying");
-                    let pause = Duration::from_millis(50)
-                        .max(since.elapsed() / 4)
-                        .min(Duration::from_millis(500));
-                    ttl = Some(pause);
-                }
-                Some(Err(e)) => return Err(e),
-            }
-            let Some(bound) = self.bound(ttl, deadline) else {
-                tracing::debug!(waited = ?started.elapsed(), "wait ran out");
-                return Ok(None);
-            };
-            // Asleep, this task may be handed the lock by an unlock of this client.
-            queued.waiter.park(lease_ends);
-            tokio::select! {
-                _ = sub.woken(bound) => {}
-                _ = queued.waiter.picked() => {}
-                _ = self.inner().closed.wait() => {}
-            }
-            let woke = match queued.waiter.unpark() {
-                Woke::Offered => {
-                    // The unlock's reply settles it within the unlock's own timeouts, as
-                    // long as its future is polled; past those, this task stops waiting.
-                    let bound = self.inner().offer_bound();
-                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                    let limit = left.map_or(bound, |l| l.min(bound));
-                    match tokio::time::timeout(limit, queued.waiter.outcome()).await {
-                        Ok(w) => w,
-                        // Dropping `queued` leaves the offer to the unlocker, which
-                        // releases the hold if it was granted.
-                        Err(_) if left.is_some_and(|l| l <= bound) => return Ok(None),
-                        // Only when the unlock's future is not being polled: this task
-                        // acquires on its own (see `Waiter::abandon_offer`), adopting
-                        // the grant if it is there by now.
-                        Err(_) => match queued.waiter.abandon_offer() {
-                            Woke::Free => Woke::Unsure,
-                            w => w,
-                        },
-                    }
-                }
-                w => w,
-            };
-            let grant = match woke {
-                Woke::Granted(g) => Some(g),
-                Woke::Unsure => {
-                    adopt = true;
-                    None
-                }
-                Woke::Free | Woke::Offered => None,
-            };
-            if let Some(g) = grant {
-                sub.wake_used();
-                let granted = lease.unwrap_or(self.inner().config.watchdog_timeout);
-                if g.sent + granted <= Instant::now() {
-                    // As for an acquire answered too late: a guard would be lost on
-                    // arrival. The hold is given back and the wait goes on.
-                    tracing::debug!(token = g.token, "hand-over arrived after its lease ran out");
-                    release_detached(self.inner().clone(), self.hold(&field));
-                    ttl = Some(Duration::ZERO);
-                    continue;
-                }
-                tracing::debug!(waited = ?started.elapsed(), token = g.token, "lock handed over");
-                return Ok(Some(self.held(
-                    self.hold(&field),
-                    owner,
-                    lease,
-                    g.sent,
-                    g.token,
-                )));
-            }
         }
     }
 
@@ -298,6 +210,159 @@ impl Target {
                 Err(_) => Ok(None),
             },
         }
+    }
+}
+
+/// Where a waiting acquisition stands.
+enum Step {
+    /// Ask Redis.
+    Attempt,
+    /// Sleep until woken, offered the lock, or `ttl` (capped by the deadline) has
+    /// passed. `lease_ends`: when the holder's lease ends, as the last busy reply said.
+    Sleep {
+        ttl: Option<Duration>,
+        lease_ends: Option<Instant>,
+    },
+    /// Finished: the guard, out of time (`None`), or an error.
+    Done(Result<Option<LockGuard>>),
+}
+
+/// What a waiting acquisition keeps from one step to the next.
+struct Waiting<'a> {
+    target: &'a Target,
+    owner: OwnerId,
+    field: Arc<str>,
+    lease: Option<Duration>,
+    wait: Wait,
+    deadline: Option<Instant>,
+    started: Instant,
+    sub: Subscription,
+    queued: Queued,
+    /// Start of the current run of transient errors, if in one.
+    failing_since: Option<Instant>,
+    /// A failed unlock may have handed this task the lock: the next attempt adopts
+    /// such a hold instead of taking a second one. Over once an attempt is answered.
+    adopt: bool,
+}
+
+impl Waiting<'_> {
+    async fn attempt(&mut self) -> Step {
+        let target = self.target;
+        let tried = target
+            .attempt_within(self.owner, &self.field, self.lease, self.adopt, self.wait)
+            .await;
+        match tried {
+            Ok(None) => {
+                tracing::debug!(waited = ?self.started.elapsed(), "wait ran out during an attempt");
+                Step::Done(Ok(None))
+            }
+            Ok(Some(Tried::Held(guard))) => {
+                self.sub.wake_used();
+                tracing::debug!(waited = ?self.started.elapsed(), "acquired after waiting");
+                Step::Done(Ok(Some(guard)))
+            }
+            Ok(Some(answered)) => {
+                self.sub.wake_used();
+                self.adopt = false;
+                self.failing_since = None;
+                match answered {
+                    Tried::Busy(ttl) => Step::Sleep {
+                        ttl,
+                        lease_ends: ttl.map(|t| Instant::now() + t),
+                    },
+                    // Given back already; try again as soon as the holder's lease allows.
+                    _ => Step::Sleep {
+                        ttl: Some(Duration::ZERO),
+                        lease_ends: None,
+                    },
+                }
+            }
+            Err(e) if e.is_transient() => {
+                // A waiter rides out a failover or reconnect: the lock it waits for is
+                // still there, on whichever node serves it next.
+                let since = *self.failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= target.inner().config.retry_window {
+                    return Step::Done(Err(e));
+                }
+                tracing::debug!(error = %e, "transient error while waiting; retrying");
+                let pause = Duration::from_millis(50)
+                    .max(since.elapsed() / 4)
+                    .min(Duration::from_millis(500));
+                Step::Sleep {
+                    ttl: Some(pause),
+                    lease_ends: None,
+                }
+            }
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    async fn sleep(&mut self, ttl: Option<Duration>, lease_ends: Option<Instant>) -> Step {
+        let target = self.target;
+        let Some(bound) = target.bound(ttl, self.deadline) else {
+            tracing::debug!(waited = ?self.started.elapsed(), "wait ran out");
+            return Step::Done(Ok(None));
+        };
+        // Asleep, this task may be handed the lock by an unlock of this client.
+        self.queued.waiter.park(lease_ends);
+        tokio::select! {
+            _ = self.sub.woken(bound) => {}
+            _ = self.queued.waiter.picked() => {}
+            _ = target.inner().closed.wait() => {}
+        }
+        let woke = match self.queued.waiter.unpark() {
+            Woke::Offered => {
+                // The unlock's reply settles it within the unlock's own timeouts, as long
+                // as its future is polled; past those, this task stops waiting.
+                let bound = target.inner().offer_bound();
+                let left = self
+                    .deadline
+                    .map(|d| d.saturating_duration_since(Instant::now()));
+                let limit = left.map_or(bound, |l| l.min(bound));
+                match tokio::time::timeout(limit, self.queued.waiter.outcome()).await {
+                    Ok(w) => w,
+                    // Dropping `queued` leaves the offer to the unlocker, which releases
+                    // the hold if it was granted.
+                    Err(_) if left.is_some_and(|l| l <= bound) => return Step::Done(Ok(None)),
+                    // Only when the unlock's future is not being polled: this task
+                    // acquires on its own (see `Waiter::abandon_offer`), adopting the
+                    // grant if it is there by now.
+                    Err(_) => match self.queued.waiter.abandon_offer() {
+                        Woke::Free => Woke::Unsure,
+                        w => w,
+                    },
+                }
+            }
+            w => w,
+        };
+        let grant = match woke {
+            Woke::Granted(g) => g,
+            Woke::Unsure => {
+                self.adopt = true;
+                return Step::Attempt;
+            }
+            Woke::Free | Woke::Offered => return Step::Attempt,
+        };
+        self.sub.wake_used();
+        let granted = self.lease.unwrap_or(target.inner().config.watchdog_timeout);
+        if grant.sent + granted <= Instant::now() {
+            // As for an acquire answered too late: a guard would be lost on arrival. The
+            // hold is given back and the wait goes on.
+            tracing::debug!(
+                token = grant.token,
+                "hand-over arrived after its lease ran out"
+            );
+            release_detached(target.inner().clone(), target.hold(&self.field));
+            return Step::Attempt;
+        }
+        tracing::debug!(waited = ?self.started.elapsed(), token = grant.token, "lock handed over");
+        Step::Done(Ok(Some(target.held(
+            target.hold(&self.field),
+            self.owner,
+            self.lease,
+            grant.sent,
+            grant.token,
+        ))))
     }
 }
 
