@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::attempt::Tried;
+use crate::config::check_lease;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handover::{Waiter, Woke};
@@ -15,7 +16,7 @@ use crate::identity::OwnerId;
 use crate::pubsub::Subscription;
 use crate::release::release_detached;
 use crate::services::ClientInner;
-use crate::target::{check_lease, Hold, Target};
+use crate::target::{Hold, Target};
 
 /// How long an acquisition may wait.
 #[derive(Clone, Copy)]

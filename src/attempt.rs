@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::{ReplicaSync, SyncFailure};
+use crate::config::{ReplicaSync, SyncFailure};
 use crate::error::{Error, Result};
 use crate::guard::{GuardKind, LockGuard};
 use crate::identity::OwnerId;

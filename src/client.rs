@@ -8,138 +8,18 @@ use tokio::runtime::Handle;
 use uuid::Uuid;
 
 use crate::background::{Background, Signal};
+use crate::config::{check_duration, Config};
+pub use crate::config::{
+    Deployment, ReplicaSync, ShardedPubSub, SyncFailure, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW, DEFAULT_WATCHDOG_TIMEOUT,
+};
 use crate::connection::{open_client, Conn};
 use crate::error::{Error, Result};
 use crate::janitor::Janitor;
 use crate::lock::Lock;
 use crate::pubsub::PubSubHub;
 use crate::services::ClientInner;
-use crate::target::check_duration;
 use crate::watchdog::Watchdog;
-
-/// Default lease of a watchdog-renewed lock, as in Redisson (`lockWatchdogTimeout`).
-pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default time allowed to open a connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default time allowed for Redis to answer one command, as in Redisson (`timeout`).
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// Which Redis deployment a client talks to. Chosen by configuration only: the lock API
-/// is the same on all of them.
-///
-/// ```no_run
-/// # async fn demo() -> redis_rlock::Result<()> {
-/// use redis_rlock::{Client, Deployment};
-/// let client = Client::with_deployment(Deployment::Sentinel {
-///     sentinels: vec!["redis://127.0.0.1:26379".into(), "redis://127.0.0.1:26380".into()],
-///     master_name: "mymaster".into(),
-/// })
-/// .build()
-/// .await?;
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Deployment {
-    /// One server (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS).
-    Single {
-        /// The server's URL.
-        url: String,
-    },
-    /// A master found through Redis Sentinel, followed across failovers.
-    Sentinel {
-        /// URLs of the sentinels (`redis://host:port`); asked in order.
-        sentinels: Vec<String>,
-        /// The name the sentinels monitor the master under.
-        master_name: String,
-    },
-    /// A Redis Cluster, reached through any of these seed nodes.
-    Cluster {
-        /// URLs of one or more cluster nodes.
-        nodes: Vec<String>,
-    },
-}
-
-/// Whether writes wait for replicas (Redisson's `checkLockSyncedSlaves`).
-///
-/// With `Wait`, every acquire, unlock and renewal is followed, in the same pipeline on
-/// the same connection, by `WAIT acks timeout`. An acquisition that no replica
-/// acknowledged is rolled back, so that a failover cannot hand the lock to a second
-/// holder; then it is retried or fails with [`Error::NotReplicated`], as
-/// [`SyncFailure`] says. On by default for Sentinel and Cluster, off for a single
-/// server.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ReplicaSync {
-    /// No `WAIT` is ever sent (for servers without replicas or without `WAIT`).
-    Off,
-    /// `WAIT` after each write.
-    Wait {
-        /// How long `WAIT` may block. Default 1 s.
-        timeout: Duration,
-        /// How many replicas `WAIT` asks for; it returns early once that many
-        /// acknowledged. Default 1. Zero acknowledgements always count as a failure.
-        acks: u32,
-        /// What to do when no replica acknowledged an acquisition.
-        on_failure: SyncFailure,
-    },
-}
-
-impl ReplicaSync {
-    /// `WAIT 1 1000`, retrying a rolled-back acquisition up to 3 times.
-    pub fn default_wait() -> ReplicaSync {
-        ReplicaSync::Wait {
-            timeout: Duration::from_secs(1),
-            acks: 1,
-            on_failure: SyncFailure::Retry { attempts: 3 },
-        }
-    }
-}
-
-/// What an acquisition that reached no replica does after it is rolled back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SyncFailure {
-    /// Fail at once with [`Error::NotReplicated`].
-    Fail,
-    /// Try again, up to `attempts` more times, then fail with [`Error::NotReplicated`].
-    Retry {
-        /// Further attempts after the first.
-        attempts: u32,
-    },
-}
-
-/// Whether a cluster client uses sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum ShardedPubSub {
-    /// Use it when the cluster answers `PUBSUB SHARDNUMSUB` (Redis 7 and later).
-    #[default]
-    Auto,
-    /// Always use it.
-    On,
-    /// Never: classic `PUBLISH`, which every node broadcasts to the whole cluster.
-    Off,
-}
-
-/// Settings of a [`Client`], fixed when it is built.
-#[derive(Clone, Debug)]
-pub(crate) struct Config {
-    pub(crate) watchdog_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    /// `None`: the deployment's default.
-    pub(crate) replica_sync: Option<ReplicaSync>,
-    pub(crate) sharded_pubsub: ShardedPubSub,
-    pub(crate) retry_window: Duration,
-    pub(crate) handover_limit: u32,
-    pub(crate) handover_window: Duration,
-    /// Addresses announced by sentinels, mapped to where this client reaches them.
-    pub(crate) address_map: Vec<((String, u16), (String, u16))>,
-}
-
-/// Default time a waiting task keeps retrying through errors such as a failover.
-pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
 
 /// Builds a [`Client`] with non-default settings.
 ///

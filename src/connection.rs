@@ -25,7 +25,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
 
 use crate::background::Background;
-use crate::client::{Config, Deployment, ReplicaSync, ShardedPubSub};
+use crate::config::{Config, Deployment, ReplicaSync, ShardedPubSub};
 use crate::error::{Error, Result};
 use crate::slot::key_slot;
 

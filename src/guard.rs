@@ -33,7 +33,7 @@ struct GuardState {
     kind: GuardKind,
 }
 
-/// One hold of a [`Lock`].
+/// One hold of a [`Lock`](crate::Lock).
 ///
 /// Release it with [`unlock`](Self::unlock) to see errors. Dropping it releases the hold
 /// in the background (errors are logged with `tracing`), and never panics; without a
@@ -103,10 +103,10 @@ impl LockGuard {
     }
 
     /// The fencing token of this acquisition, for a lock from
-    /// [`Client::fenced_lock`]: larger than every token issued before for this lock
+    /// [`Client::fenced_lock`](crate::Client::fenced_lock): larger than every token issued before for this lock
     /// name, by any client (Redisson's `RFencedLock` included). Pass it to the protected
     /// resource, which should refuse any token lower than the highest it has seen (see
-    /// [`docs::guarantees`](crate::docs::guarantees)). `None` for a plain lock ([`Client::lock`]), which, like
+    /// [`docs::guarantees`](crate::docs::guarantees)). `None` for a plain lock ([`Client::lock`](crate::Client::lock)), which, like
     /// Redisson's `RLock`, keeps no counter.
     ///
     /// A token of 1 means the counter started afresh: the first grant ever for this

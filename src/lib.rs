@@ -46,6 +46,7 @@ mod acquire;
 mod attempt;
 mod background;
 mod client;
+mod config;
 mod connection;
 mod error;
 mod fixed;
@@ -70,13 +71,13 @@ pub use client::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW,
     DEFAULT_WATCHDOG_TIMEOUT,
 };
+pub use config::{MAX_DURATION, MAX_NAME_LEN};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use handover::{DEFAULT_HANDOVER_LIMIT, DEFAULT_HANDOVER_WINDOW};
 pub use identity::OwnerId;
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock, RedLock};
-pub use target::{MAX_DURATION, MAX_NAME_LEN};
 
 /// Wire-level names of the lock layout (Redisson's), for tools that inspect or drive
 /// locks by hand; `docs/protocol.md` ([`docs::protocol`]) specifies them.

@@ -6,17 +6,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::Wait;
+use crate::config::check_duration;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::raw;
 use crate::services::ClientInner;
-use crate::target::{check_duration, Target};
+use crate::target::Target;
 
-/// A named distributed lock, reentrant per tokio task (see [`OwnerId`]; futures run
+/// A named distributed lock, reentrant per tokio task (see [`OwnerId`](crate::OwnerId); futures run
 /// concurrently inside one task are one owner unless each runs in its own
-/// [`OwnerId::scope`]).
+/// [`OwnerId::scope`](crate::OwnerId::scope)).
 ///
-/// Made by [`Client::lock`]; cheap to clone. Every method that takes the lock returns a
+/// Made by [`Client::lock`](crate::Client::lock); cheap to clone. Every method that takes the lock returns a
 /// [`LockGuard`] that releases one hold.
 ///
 /// # Cancellation
@@ -67,7 +68,7 @@ impl Lock {
         }
     }
 
-    /// Whether this is a fenced lock ([`Client::fenced_lock`]): every acquisition
+    /// Whether this is a fenced lock ([`Client::fenced_lock`](crate::Client::fenced_lock)): every acquisition
     /// draws a fencing token.
     pub fn is_fenced(&self) -> bool {
         self.target.fenced
@@ -96,13 +97,13 @@ impl Lock {
     ///
     /// Waits without limit; use [`try_lock_for`](Self::try_lock_for) to bound the wait.
     ///
-    /// Re-entrant per owner (see [`OwnerId`]): a second `lock()` by the task (or thread)
+    /// Re-entrant per owner (see [`OwnerId`](crate::OwnerId)): a second `lock()` by the task (or thread)
     /// that holds the lock returns at once with another guard. A task spawned by the
     /// holder is another owner and waits.
     ///
     /// **Futures joined or selected inside one task** (`join!`, `select!`,
     /// `FuturesUnordered`) are *one* owner, so both enter. Run each in its own
-    /// [`OwnerId::scope`] (or its own task) when they must exclude each other:
+    /// [`OwnerId::scope`](crate::OwnerId::scope) (or its own task) when they must exclude each other:
     ///
     /// ```no_run
     /// # async fn demo(lock: redis_rlock::Lock) -> redis_rlock::Result<()> {
@@ -155,7 +156,7 @@ impl Lock {
     ///
     /// As [`lock`](Self::lock), and [`Error::InvalidLease`] or
     /// [`Error::DurationOutOfRange`] for a lease under 1 ms or beyond
-    /// [`MAX_DURATION`].
+    /// [`MAX_DURATION`](crate::MAX_DURATION).
     ///
     /// # Time
     ///
@@ -206,7 +207,7 @@ impl Lock {
     /// # Errors
     ///
     /// As [`lock_with_lease`](Self::lock_with_lease), and
-    /// [`Error::DurationOutOfRange`] for a `wait` beyond [`MAX_DURATION`]. A Redis that
+    /// [`Error::DurationOutOfRange`] for a `wait` beyond [`MAX_DURATION`](crate::MAX_DURATION). A Redis that
     /// stalls past the deadline gives `Ok(None)`, not an error.
     ///
     /// # Time

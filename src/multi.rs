@@ -164,7 +164,7 @@ impl RedLock {
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn try_lock(&self, lease: Option<Duration>) -> Result<Option<MultiGuard>> {
         if let Some(l) = lease {
-            crate::target::check_lease(l)?;
+            crate::config::check_lease(l)?;
         }
         self.round(lease).await
     }
@@ -186,9 +186,9 @@ impl RedLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
-        crate::target::check_duration("wait", wait)?;
+        crate::config::check_duration("wait", wait)?;
         if let Some(l) = lease {
-            crate::target::check_lease(l)?;
+            crate::config::check_lease(l)?;
         }
         let deadline = Instant::now() + wait;
         loop {
@@ -341,7 +341,7 @@ impl MultiLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
-        crate::target::check_duration("wait", wait)?;
+        crate::config::check_duration("wait", wait)?;
         let deadline = Instant::now() + wait;
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {

@@ -24,7 +24,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Notify};
 
 use crate::background::Background;
-use crate::client::{Config, Deployment};
+use crate::config::{Config, Deployment};
 use crate::connection::{cluster_client, open_client, Conn, SentinelMaster};
 use crate::error::Result;
 

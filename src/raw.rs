@@ -225,8 +225,8 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
         AcquireReply::Granted { .. } if synced == Synced::Acked(0) => {
             rollback(conn, call).await;
             let waited = match conn.sync() {
-                crate::client::ReplicaSync::Wait { timeout, .. } => *timeout,
-                crate::client::ReplicaSync::Off => Duration::ZERO,
+                crate::config::ReplicaSync::Wait { timeout, .. } => *timeout,
+                crate::config::ReplicaSync::Off => Duration::ZERO,
             };
             Err(Error::NotReplicated {
                 name: call.name.to_string(),

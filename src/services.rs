@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 use crate::background::{Background, Signal, Spawner};
-use crate::client::{Config, ReplicaSync};
+use crate::config::{Config, ReplicaSync};
 use crate::connection::Conn;
 use crate::error::{Error, Result};
 use crate::janitor::Janitor;

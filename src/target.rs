@@ -2,48 +2,12 @@
 //! the limits its inputs are checked against.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use crate::config::MAX_NAME_LEN;
 use crate::error::{Error, Result};
 use crate::identity::{holder_field, OwnerId};
 use crate::raw;
 use crate::services::ClientInner;
-
-/// Longest lock name accepted, in bytes. Redis would take more, but a name this long is
-/// almost surely a bug, and every waiter and renewal would carry it.
-pub const MAX_NAME_LEN: usize = 64 * 1024;
-
-/// Longest lease, wait or timeout accepted: 2^62 ms (about 146 million years). Redis
-/// rejects expiry times that overflow its signed 64-bit millisecond clock; this limit
-/// keeps well inside it.
-pub const MAX_DURATION: Duration = Duration::from_millis(1 << 62);
-
-pub(crate) fn check_duration(what: &'static str, d: Duration) -> Result<()> {
-    if d > MAX_DURATION {
-        return Err(Error::DurationOutOfRange {
-            what,
-            duration: d,
-            max: MAX_DURATION,
-        });
-    }
-    Ok(())
-}
-
-pub(crate) fn check_lease(lease: Duration) -> Result<()> {
-    if lease.is_zero() {
-        return Err(Error::InvalidLease {
-            lease,
-            reason: "a zero lease would expire before anyone could use the lock",
-        });
-    }
-    if lease < Duration::from_millis(1) {
-        return Err(Error::InvalidLease {
-            lease,
-            reason: "Redis counts leases in whole milliseconds; the least is 1 ms",
-        });
-    }
-    check_duration("lease", lease)
-}
 
 /// One lock of one client: what [`Lock`](crate::Lock) wraps and every guard keeps.
 #[derive(Clone)]

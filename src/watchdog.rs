@@ -29,7 +29,7 @@ use tokio::runtime::Handle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::background::{Background, Signal};
-use crate::client::Config;
+use crate::config::Config;
 use crate::connection::Conn;
 use crate::raw;
 
