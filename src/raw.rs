@@ -1,7 +1,8 @@
 //! The raw protocol: one function per script, no guards, no waiting.
 //!
-//! Kept apart from [`crate::lock`] the way `lock_api` keeps `RawMutex` apart from its
-//! guards: everything here is one round trip on a [`Conn`], with the reply decoded.
+//! Kept apart from the lock handle and its guards the way `lock_api` keeps `RawMutex`
+//! apart from its guards: everything here is one round trip on a [`Conn`], with the reply
+//! decoded.
 
 use std::time::Duration;
 

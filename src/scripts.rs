@@ -61,7 +61,7 @@ pub(crate) static FORCE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
 });
 
 /// Keys and arguments for one script call. Owns its data so the call can outlive the
-/// caller's future (see [`crate::inflight`]).
+/// caller's future (a request finished in the background after its caller left).
 pub(crate) struct ScriptCall {
     script: &'static LuaScript,
     keys: Vec<Vec<u8>>,
