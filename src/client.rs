@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use uuid::Uuid;
 
-use crate::connection::{open_client, Conn};
+use crate::connection::{connect_error, open_client, Conn};
 use crate::error::{Error, Result};
 use crate::janitor::Janitor;
 use crate::lock::{check_duration, Lock};
@@ -45,7 +45,9 @@ pub enum Deployment {
     },
     /// A master found through Redis Sentinel, followed across failovers.
     Sentinel {
-        /// URLs of the sentinels (`redis://host:port`); asked in order.
+        /// URLs of the sentinels (`redis://host:port`); asked in order. The master and
+        /// its replicas are reached with the first sentinel's scheme: `rediss://`
+        /// sentinels mean TLS to the master too (as Redisson does).
         sentinels: Vec<String>,
         /// The name the sentinels monitor the master under.
         master_name: String,
@@ -133,6 +135,36 @@ pub(crate) struct Config {
     pub(crate) handover_window: Duration,
     /// Addresses announced by sentinels, mapped to where this client reaches them.
     pub(crate) address_map: Vec<((String, u16), (String, u16))>,
+    pub(crate) tls: TlsSettings,
+}
+
+/// Certificates for `rediss://` connections, applied to every connection a client opens.
+/// Empty unless a TLS feature is on and the builder was given some.
+#[derive(Clone, Default)]
+pub(crate) struct TlsSettings {
+    /// PEM; when set, the only CAs trusted (instead of the system's).
+    pub(crate) root_cert: Option<Vec<u8>>,
+    /// PEM certificate chain and private key for mutual TLS.
+    pub(crate) client_cert: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsSettings {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.root_cert.is_none() && self.client_cert.is_none()
+    }
+}
+
+// Certificates are public, but the key is not; neither is worth a page of bytes in a log.
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("root_cert", &self.root_cert.as_ref().map(|_| "<pem>"))
+            .field(
+                "client_cert",
+                &self.client_cert.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 /// Default time a waiting task keeps retrying through errors such as a failover.
@@ -237,6 +269,50 @@ impl ClientBuilder {
         self
     }
 
+    /// Trusts the CA certificates in `pem` (PEM, one or more) for `rediss://`
+    /// connections, instead of the system's trust store. Certificates given in several
+    /// calls are all trusted. Applies to every connection of the client: commands,
+    /// pub/sub, sentinels and the master they name, and every cluster node.
+    ///
+    /// Needs the `tls-rustls` feature. The server's certificate must name the host of
+    /// the URL (a DNS name, or an IP address SAN for `rediss://127.0.0.1`).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`Error::InvalidConfig`] when `pem` holds no
+    /// usable certificate, when a URL of the client is not `rediss://`, or when the
+    /// server's certificate is not signed by these CAs.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls_root_cert(mut self, pem: impl AsRef<[u8]>) -> Self {
+        let roots = self.config.tls.root_cert.get_or_insert_with(Vec::new);
+        roots.extend_from_slice(pem.as_ref());
+        // PEM blocks must start on a line of their own.
+        roots.push(b'\n');
+        self
+    }
+
+    /// Presents this certificate (PEM, the chain from the client's own certificate
+    /// up) and private key (PEM: PKCS#8, PKCS#1 or SEC1) to servers that ask for
+    /// one (`tls-auth-clients yes`): mutual TLS. Replaces an earlier pair. Applies to
+    /// every connection of the client, as [`tls_root_cert`](Self::tls_root_cert) does.
+    ///
+    /// Needs the `tls-rustls` feature.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`Error::InvalidConfig`] when the certificate
+    /// or key cannot be read or do not belong together, when a URL of the client is not
+    /// `rediss://`, or when the server refuses the certificate.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl AsRef<[u8]>,
+        key_pem: impl AsRef<[u8]>,
+    ) -> Self {
+        self.config.tls.client_cert = Some((cert_pem.as_ref().to_vec(), key_pem.as_ref().to_vec()));
+        self
+    }
+
     /// Checks the settings, connects, and starts the client's watchdog.
     ///
     /// Must be called inside a tokio runtime (with the time driver enabled). Sends one
@@ -245,7 +321,9 @@ impl ClientBuilder {
     /// # Errors
     ///
     /// - [`Error::InvalidConfig`], [`Error::DurationOutOfRange`]: a setting or URL is
-    ///   unusable, or there is no tokio runtime.
+    ///   unusable, or there is no tokio runtime. Also for TLS that cannot work: a
+    ///   `rediss://` URL without a TLS feature, certificates that do not parse, or a
+    ///   handshake the server's certificate (or this client's, under mutual TLS) fails.
     /// - [`Error::AuthFailed`]: Redis refused the credentials (none given where a
     ///   password is required, a wrong user or password).
     /// - [`Error::Unavailable`] or [`Error::Timeout`]: Redis cannot be reached within
@@ -280,7 +358,7 @@ impl ClientBuilder {
         }
         match &self.deployment {
             Deployment::Single { url } => {
-                open_client(url)?;
+                open_client(url, &config.tls)?;
             }
             Deployment::Sentinel { sentinels, .. } if sentinels.is_empty() => {
                 return Err(Error::InvalidConfig("no sentinel address given".into()))
@@ -299,7 +377,7 @@ impl ClientBuilder {
         // A user whose ACL lacks PING is authenticated all the same.
         match conn.query(&redis::cmd("PING")).await {
             Ok(_) => {}
-            Err(e) => match Error::from_redis(e, "", config.response_timeout) {
+            Err(e) => match connect_error(e, config.response_timeout) {
                 Error::PermissionDenied { .. } => {}
                 e => return Err(e),
             },
@@ -440,6 +518,7 @@ impl Client {
                 handover_limit: crate::handover::DEFAULT_HANDOVER_LIMIT,
                 handover_window: crate::handover::DEFAULT_HANDOVER_WINDOW,
                 address_map: Vec::new(),
+                tls: TlsSettings::default(),
             },
         }
     }

@@ -162,7 +162,7 @@ impl PubSubHub {
                 ));
             }
             Deployment::Single { url } => {
-                let source = Source::Fixed(Box::new(open_client(url)?));
+                let source = Source::Fixed(Box::new(open_client(url, &config.tls)?));
                 runtime.spawn(actor(weak, source, rx, timeouts.0, timeouts.1));
             }
             Deployment::Sentinel { .. } => {
