@@ -38,7 +38,8 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Deployment {
-    /// One server (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS).
+    /// One server (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS with
+    /// the `tls-rustls` feature).
     Single {
         /// The server's URL.
         url: String,
@@ -482,7 +483,8 @@ impl Client {
     }
 
     /// Starts a builder for a client of the Redis server at `url`
-    /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS).
+    /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS with the
+    /// `tls-rustls` feature and `ClientBuilder::tls_root_cert`).
     pub fn builder(url: &str) -> ClientBuilder {
         Client::with_deployment(Deployment::Single {
             url: url.to_string(),
