@@ -8,12 +8,12 @@ use tokio::runtime::Handle;
 use uuid::Uuid;
 
 use crate::background::{Background, Signal};
-use crate::config::{check_duration, Config};
+use crate::config::{check_duration, Config, TlsSettings};
 pub use crate::config::{
     Deployment, ReplicaSync, ShardedPubSub, SyncFailure, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW, DEFAULT_WATCHDOG_TIMEOUT,
 };
-use crate::connection::{open_client, Conn};
+use crate::connection::{connect_error, open_client, Conn};
 use crate::error::{Error, Result};
 use crate::janitor::Janitor;
 use crate::lock::Lock;
@@ -120,6 +120,50 @@ impl ClientBuilder {
         self
     }
 
+    /// Trusts the CA certificates in `pem` (PEM, one or more) for `rediss://`
+    /// connections, instead of the system's trust store. Certificates given in several
+    /// calls are all trusted. Applies to every connection of the client: commands,
+    /// pub/sub, sentinels and the master they name, and every cluster node.
+    ///
+    /// Needs the `tls-rustls` feature. The server's certificate must name the host of
+    /// the URL (a DNS name, or an IP address SAN for `rediss://127.0.0.1`).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`Error::InvalidConfig`] when `pem` holds no
+    /// usable certificate, when a URL of the client is not `rediss://`, or when the
+    /// server's certificate is not signed by these CAs.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls_root_cert(mut self, pem: impl AsRef<[u8]>) -> Self {
+        let roots = self.config.tls.root_cert.get_or_insert_with(Vec::new);
+        roots.extend_from_slice(pem.as_ref());
+        // PEM blocks must start on a line of their own.
+        roots.push(b'\n');
+        self
+    }
+
+    /// Presents this certificate (PEM, the chain from the client's own certificate
+    /// up) and private key (PEM: PKCS#8, PKCS#1 or SEC1) to servers that ask for
+    /// one (`tls-auth-clients yes`): mutual TLS. Replaces an earlier pair. Applies to
+    /// every connection of the client, as [`tls_root_cert`](Self::tls_root_cert) does.
+    ///
+    /// Needs the `tls-rustls` feature.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`Error::InvalidConfig`] when the certificate
+    /// or key cannot be read or do not belong together, when a URL of the client is not
+    /// `rediss://`, or when the server refuses the certificate.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl AsRef<[u8]>,
+        key_pem: impl AsRef<[u8]>,
+    ) -> Self {
+        self.config.tls.client_cert = Some((cert_pem.as_ref().to_vec(), key_pem.as_ref().to_vec()));
+        self
+    }
+
     /// Checks the settings, connects, and starts the client's watchdog.
     ///
     /// Must be called inside a tokio runtime (with the time driver enabled). Sends one
@@ -128,7 +172,9 @@ impl ClientBuilder {
     /// # Errors
     ///
     /// - [`Error::InvalidConfig`], [`Error::DurationOutOfRange`]: a setting or URL is
-    ///   unusable, or there is no tokio runtime.
+    ///   unusable, or there is no tokio runtime. Also for TLS that cannot work: a
+    ///   `rediss://` URL without a TLS feature, certificates that do not parse, or a
+    ///   handshake the server's certificate (or this client's, under mutual TLS) fails.
     /// - [`Error::AuthFailed`]: Redis refused the credentials (none given where a
     ///   password is required, a wrong user or password).
     /// - [`Error::Unavailable`] or [`Error::Timeout`]: Redis cannot be reached within
@@ -163,7 +209,7 @@ impl ClientBuilder {
         }
         match &self.deployment {
             Deployment::Single { url } => {
-                open_client(url)?;
+                open_client(url, &config.tls)?;
             }
             Deployment::Sentinel { sentinels, .. } if sentinels.is_empty() => {
                 return Err(Error::InvalidConfig("no sentinel address given".into()))
@@ -185,7 +231,7 @@ impl ClientBuilder {
         // A user whose ACL lacks PING is authenticated all the same.
         match conn.query(&redis::cmd("PING")).await {
             Ok(_) => {}
-            Err(e) => match Error::from_redis(e, "", config.response_timeout) {
+            Err(e) => match connect_error(e, config.response_timeout) {
                 Error::PermissionDenied { .. } => {}
                 e => return Err(e),
             },
@@ -269,7 +315,8 @@ impl Client {
     }
 
     /// Starts a builder for a client of the Redis server at `url`
-    /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS).
+    /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS with the
+    /// `tls-rustls` feature and `ClientBuilder::tls_root_cert`).
     pub fn builder(url: &str) -> ClientBuilder {
         Client::with_deployment(Deployment::Single {
             url: url.to_string(),
@@ -305,6 +352,7 @@ impl Client {
                 handover_limit: crate::handover::DEFAULT_HANDOVER_LIMIT,
                 handover_window: crate::handover::DEFAULT_HANDOVER_WINDOW,
                 address_map: Vec::new(),
+                tls: TlsSettings::default(),
             },
         }
     }

@@ -29,14 +29,17 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Deployment {
-    /// One server (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS).
+    /// One server (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS with
+    /// the `tls-rustls` feature).
     Single {
         /// The server's URL.
         url: String,
     },
     /// A master found through Redis Sentinel, followed across failovers.
     Sentinel {
-        /// URLs of the sentinels (`redis://host:port`); asked in order.
+        /// URLs of the sentinels (`redis://host:port`); asked in order. The master and
+        /// its replicas are reached with the first sentinel's scheme: `rediss://`
+        /// sentinels mean TLS to the master too (as Redisson does).
         sentinels: Vec<String>,
         /// The name the sentinels monitor the master under.
         master_name: String,
@@ -124,6 +127,36 @@ pub(crate) struct Config {
     pub(crate) handover_window: Duration,
     /// Addresses announced by sentinels, mapped to where this client reaches them.
     pub(crate) address_map: Vec<((String, u16), (String, u16))>,
+    pub(crate) tls: TlsSettings,
+}
+
+/// Certificates for `rediss://` connections, applied to every connection a client opens.
+/// Empty unless a TLS feature is on and the builder was given some.
+#[derive(Clone, Default)]
+pub(crate) struct TlsSettings {
+    /// PEM; when set, the only CAs trusted (instead of the system's).
+    pub(crate) root_cert: Option<Vec<u8>>,
+    /// PEM certificate chain and private key for mutual TLS.
+    pub(crate) client_cert: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsSettings {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.root_cert.is_none() && self.client_cert.is_none()
+    }
+}
+
+// Certificates are public, but the key is not; neither is worth a page of bytes in a log.
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("root_cert", &self.root_cert.as_ref().map(|_| "<pem>"))
+            .field(
+                "client_cert",
+                &self.client_cert.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 /// Default time a waiting task keeps retrying through errors such as a failover.

@@ -20,12 +20,12 @@ use parking_lot::RwLock;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, IntoConnectionInfo, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
 
 use crate::background::Background;
-use crate::config::{Config, Deployment, ReplicaSync, ShardedPubSub};
+use crate::config::{Config, Deployment, ReplicaSync, ShardedPubSub, TlsSettings};
 use crate::error::{Error, Result};
 use crate::slot::key_slot;
 
@@ -116,8 +116,132 @@ fn bad_url(url: &str, e: RedisError) -> Error {
     Error::InvalidConfig(format!("bad Redis URL `{url}`: {e}"))
 }
 
-pub(crate) fn open_client(url: &str) -> Result<redis::Client> {
-    redis::Client::open(url).map_err(|e| bad_url(url, e))
+/// A client for `url` with the client's TLS settings. Every connection the crate opens
+/// starts here (or at [`cluster_client`], which checks its URLs here first), so a
+/// `rediss://` URL gets the same certificates wherever it is used.
+pub(crate) fn open_client(url: &str, tls: &TlsSettings) -> Result<redis::Client> {
+    #[cfg(not(feature = "tls-rustls"))]
+    if url
+        .get(..9)
+        .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+    {
+        // redis-rs's own message does not say which switch is missing.
+        return Err(Error::InvalidConfig(
+            "`rediss://` needs TLS support: build redis-rlock with its `tls-rustls` feature".into(),
+        ));
+    }
+    let info = url.into_connection_info().map_err(|e| bad_url(url, e))?;
+    if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+        if !tls.is_empty() {
+            // Certificates with a plain URL would silently mean no TLS at all.
+            return Err(Error::InvalidConfig(format!(
+                "TLS certificates were given, but `{}` is reached over plain TCP: use a `rediss://` URL",
+                info.addr()
+            )));
+        }
+        return redis::Client::open(info).map_err(|e| bad_url(url, e));
+    }
+    #[cfg(not(feature = "tls-rustls-insecure"))]
+    if matches!(
+        info.addr(),
+        redis::ConnectionAddr::TcpTls { insecure: true, .. }
+    ) {
+        // Said here, typed, rather than by redis-rs at the first connect.
+        return Err(Error::InvalidConfig(format!(
+            "`#insecure` (no certificate check) for `{}` needs the `tls-rustls-insecure` feature",
+            info.addr()
+        )));
+    }
+    #[cfg(feature = "tls-rustls")]
+    ensure_crypto_provider();
+    if tls.is_empty() {
+        return redis::Client::open(info).map_err(|e| bad_url(url, e));
+    }
+    with_certificates(info, tls)
+}
+
+#[cfg(feature = "tls-rustls")]
+fn certificates(tls: &TlsSettings) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: tls
+            .client_cert
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: tls.root_cert.clone(),
+    }
+}
+
+#[cfg(feature = "tls-rustls")]
+fn with_certificates(info: redis::ConnectionInfo, tls: &TlsSettings) -> Result<redis::Client> {
+    let addr = info.addr().to_string();
+    // redis-rs parses the PEM here, so bad certificates show at build, not at connect.
+    redis::Client::build_with_tls(info, certificates(tls))
+        .map_err(|e| Error::InvalidConfig(format!("TLS certificates for `{addr}`: {e}")))
+}
+
+#[cfg(not(feature = "tls-rustls"))]
+fn with_certificates(info: redis::ConnectionInfo, _: &TlsSettings) -> Result<redis::Client> {
+    Err(Error::InvalidConfig(format!(
+        "TLS certificates for `{}` need the `tls-rustls` feature",
+        info.addr()
+    )))
+}
+
+/// redis-rs builds its rustls configurations from the process-wide crypto provider, and
+/// rustls only picks one by itself when exactly one provider is compiled in: an
+/// application that also links aws-lc-rs (rustls's default) would panic at the first
+/// handshake. Installing ring's provider when none is installed yet is what rustls
+/// itself would do with ring alone, and leaves an application's own choice alone.
+#[cfg(feature = "tls-rustls")]
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: a provider is there either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// Whether `e` is a failed TLS handshake or certificate check (rustls's error, which
+/// redis-rs hands on wrapped in an I/O error).
+#[cfg(feature = "tls-rustls")]
+fn is_tls_failure(e: &RedisError) -> bool {
+    use std::error::Error as _;
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = e.source();
+    while let Some(err) = next {
+        if err.is::<rustls::Error>() {
+            return true;
+        }
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            if inner.is::<rustls::Error>() {
+                return true;
+            }
+        }
+        // An `Arc`'s `source` skips the error it holds, so look inside it first.
+        next = match err.downcast_ref::<Shared>() {
+            Some(inner) => Some(&**inner),
+            None => err.source(),
+        };
+    }
+    false
+}
+
+/// Classifies an error met while connecting or on the first command. A failed TLS
+/// handshake (an unknown CA, a missing or refused client certificate) will fail the
+/// same way on every retry, so it is a configuration error, not an outage.
+pub(crate) fn connect_error(e: RedisError, timeout: Duration) -> Error {
+    #[cfg(feature = "tls-rustls")]
+    if is_tls_failure(&e) {
+        return Error::InvalidConfig(format!(
+            "TLS handshake with Redis failed (check the CA and client certificate): {e}"
+        ));
+    }
+    Error::from_redis(e, "", timeout)
 }
 
 async fn connect_manager(client: redis::Client, config: &Config) -> Result<ConnectionManager> {
@@ -131,7 +255,7 @@ async fn connect_manager(client: redis::Client, config: &Config) -> Result<Conne
         op: "connect",
         after: config.connect_timeout,
     })?
-    .map_err(|e| Error::from_redis(e, "", config.connect_timeout))
+    .map_err(|e| connect_error(e, config.connect_timeout))
 }
 
 /// Builds a cluster client for `nodes`; `push` makes it a RESP3 client whose pushes go
@@ -142,7 +266,7 @@ pub(crate) fn cluster_client(
     push: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
 ) -> Result<redis::cluster::ClusterClient> {
     for url in nodes {
-        open_client(url)?;
+        open_client(url, &config.tls)?;
     }
     let mut builder = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
         .connection_timeout(config.connect_timeout)
@@ -150,6 +274,12 @@ pub(crate) fn cluster_client(
         .retries(3)
         .min_retry_wait(10)
         .max_retry_wait(200);
+    // The seeds' scheme (checked above) already turns TLS on for every node the cluster
+    // reports; the certificates have to be handed over separately.
+    #[cfg(feature = "tls-rustls")]
+    if !config.tls.is_empty() {
+        builder = builder.certs(certificates(&config.tls));
+    }
     if let Some(tx) = push {
         builder = builder
             .use_protocol(redis::ProtocolVersion::RESP3)
@@ -169,7 +299,7 @@ impl Conn {
     ) -> Result<Conn> {
         let backend = match deployment {
             Deployment::Single { url } => {
-                Backend::Single(connect_manager(open_client(url)?, config).await?)
+                Backend::Single(connect_manager(open_client(url, &config.tls)?, config).await?)
             }
             Deployment::Sentinel {
                 sentinels,
@@ -187,7 +317,7 @@ impl Conn {
                         op: "connect",
                         after: config.connect_timeout,
                     })?
-                    .map_err(|e| Error::from_redis(e, "", config.connect_timeout))?;
+                    .map_err(|e| connect_error(e, config.connect_timeout))?;
                 let replicas = Arc::new(ClusterReplicas {
                     per_slot: RwLock::new(vec![0; crate::slot::SLOTS as usize]),
                 });
@@ -439,10 +569,10 @@ impl SentinelMaster {
         }
         let sentinels = urls
             .iter()
-            .map(|u| open_client(u))
+            .map(|u| open_client(u, &config.tls))
             .collect::<Result<Vec<_>>>()?;
         let (addr, replicas) = ask_sentinels(&sentinels, master_name, config).await?;
-        let master = open_master(&addr, config).await?;
+        let master = open_master(&addr, node_scheme(&sentinels), config).await?;
         let this = Arc::new(SentinelMaster {
             sentinels,
             master_name: master_name.to_string(),
@@ -557,7 +687,7 @@ impl SentinelMaster {
         if self.current().addr == addr {
             return;
         }
-        match open_master(&addr, &self.config).await {
+        match open_master(&addr, node_scheme(&self.sentinels), &self.config).await {
             Ok(master) => {
                 tracing::warn!(host = %addr.0, port = addr.1, "sentinel master changed; following");
                 *self.current.write() = Arc::new(master);
@@ -591,6 +721,8 @@ async fn ask_sentinels(
     config: &Config,
 ) -> Result<((String, u16), usize)> {
     let mut last_err = None;
+    #[cfg_attr(not(feature = "tls-rustls"), allow(unused_mut))]
+    let mut tls_failure: Option<RedisError> = None;
     for sentinel in sentinels {
         let asked = async {
             let mut conn = sentinel.get_multiplexed_async_connection().await?;
@@ -608,7 +740,13 @@ async fn ask_sentinels(
                 .find(|(from, _)| *from == announced)
                 .map(|(_, to)| to.clone())
                 .unwrap_or(announced);
-            let node = redis::Client::open(format!("redis://{}:{}/", addr.0, addr.1))?;
+            let node = node_client(&addr, node_scheme(sentinels), config).map_err(|e| {
+                RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "bad master address",
+                    e.to_string(),
+                ))
+            })?;
             let mut node_conn = node.get_multiplexed_async_connection().await?;
             let role: Value = redis::cmd("ROLE").query_async(&mut node_conn).await?;
             Ok::<_, RedisError>(parse_master_role(&role).map(|replicas| (addr, replicas)))
@@ -621,9 +759,19 @@ async fn ask_sentinels(
                     "sentinel knows no master `{name}`, or it is not a master yet"
                 ))
             }
-            Ok(Err(e)) => last_err = Some(e.to_string()),
+            Ok(Err(e)) => {
+                last_err = Some(e.to_string());
+                #[cfg(feature = "tls-rustls")]
+                if is_tls_failure(&e) {
+                    tls_failure = Some(e);
+                }
+            }
             Err(_) => last_err = Some(format!("no answer within {limit:?}")),
         }
+    }
+    if let Some(e) = tls_failure {
+        // Other sentinels may only have been down; this one says the setup is wrong.
+        return Err(connect_error(e, config.connect_timeout));
     }
     Err(Error::Unavailable(RedisError::from((
         ErrorKind::Io,
@@ -649,12 +797,72 @@ fn parse_master_role(v: &Value) -> Option<usize> {
     }
 }
 
-async fn open_master(addr: &(String, u16), config: &Config) -> Result<MasterConn> {
-    let client = open_client(&format!("redis://{}:{}/", addr.0, addr.1))?;
+/// How the nodes a sentinel names are reached: with the first sentinel's scheme, as
+/// Redisson does (`rediss://` sentinels serve TLS deployments). The `bool` is
+/// `#insecure`.
+fn node_scheme(sentinels: &[redis::Client]) -> Option<bool> {
+    match sentinels.first().map(|s| s.get_connection_info().addr()) {
+        Some(redis::ConnectionAddr::TcpTls { insecure, .. }) => Some(*insecure),
+        _ => None,
+    }
+}
+
+/// A client for a node a sentinel named; `tls` as [`node_scheme`] says.
+fn node_client(addr: &(String, u16), tls: Option<bool>, config: &Config) -> Result<redis::Client> {
+    let (host, port) = addr;
+    let url = match tls {
+        None => format!("redis://{host}:{port}/"),
+        Some(false) => format!("rediss://{host}:{port}/"),
+        Some(true) => format!("rediss://{host}:{port}/#insecure"),
+    };
+    open_client(&url, &config.tls)
+}
+
+async fn open_master(
+    addr: &(String, u16),
+    tls: Option<bool>,
+    config: &Config,
+) -> Result<MasterConn> {
+    let client = node_client(addr, tls, config)?;
     let manager = connect_manager(client.clone(), config).await?;
     Ok(MasterConn {
         addr: addr.clone(),
         client,
         manager,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid_config(r: Result<redis::Client>) -> String {
+        match r {
+            Err(Error::InvalidConfig(m)) => m,
+            Err(e) => panic!("expected InvalidConfig, got {e:?}"),
+            Ok(_) => panic!("expected InvalidConfig, got a client"),
+        }
+    }
+
+    #[test]
+    fn tls_settings_are_checked_against_the_url() {
+        let none = TlsSettings::default();
+        assert!(open_client("redis://127.0.0.1:6379", &none).is_ok());
+        let roots = TlsSettings {
+            root_cert: Some(b"anything".to_vec()),
+            client_cert: None,
+        };
+        let m = invalid_config(open_client("redis://127.0.0.1:6379", &roots));
+        assert!(m.contains("rediss://"), "{m}");
+        #[cfg(not(feature = "tls-rustls"))]
+        {
+            let m = invalid_config(open_client("REDISS://127.0.0.1:6379", &none));
+            assert!(m.contains("tls-rustls"), "{m}");
+        }
+        #[cfg(all(feature = "tls-rustls", not(feature = "tls-rustls-insecure")))]
+        {
+            let m = invalid_config(open_client("rediss://127.0.0.1:6379/#insecure", &none));
+            assert!(m.contains("tls-rustls-insecure"), "{m}");
+        }
+    }
 }

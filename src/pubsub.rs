@@ -165,7 +165,7 @@ impl PubSubHub {
                 );
             }
             Deployment::Single { url } => {
-                let source = Source::Fixed(Box::new(open_client(url)?));
+                let source = Source::Fixed(Box::new(open_client(url, &config.tls)?));
                 background.service(runtime, actor(weak, source, rx, timeouts.0, timeouts.1));
             }
             Deployment::Sentinel { .. } => {

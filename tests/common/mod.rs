@@ -93,6 +93,8 @@ pub struct RedisServer {
     extra: Vec<String>,
     /// Its log tail was already printed (by a topology, before any node went down).
     pub log_reported: bool,
+    /// `port` is a TLS port and there is no plain one (`start_tls`).
+    tls: bool,
 }
 
 impl RedisServer {
@@ -102,6 +104,17 @@ impl RedisServer {
 
     /// Starts a server with extra command-line arguments; retries on a port race.
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        Self::start_inner(extra, false)
+    }
+
+    /// Starts a server whose only port is a TLS port (`--port 0 --tls-port P`). `extra`
+    /// must name the certificates (`--tls-cert-file` ...). Readiness is read from the
+    /// log, since a plain PING cannot reach it; `url()`, `cmd()` and friends do not work.
+    pub fn start_tls(extra: &[&str]) -> RedisServer {
+        Self::start_inner(extra, true)
+    }
+
+    fn start_inner(extra: &[&str], tls: bool) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "rlock-test-{}-{}",
             std::process::id(),
@@ -117,6 +130,7 @@ impl RedisServer {
                 dir: dir.clone(),
                 extra: extra.clone(),
                 log_reported: false,
+                tls,
             };
             if s.spawn() {
                 return s;
@@ -130,12 +144,20 @@ impl RedisServer {
 
     fn spawn(&mut self) -> bool {
         let mut cmd = Command::new(redis_server_bin());
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+        let port = self.port.to_string();
+        if self.tls {
+            // Readiness is read from the log: an old run's line must not count.
+            let _ = std::fs::remove_file(self.log_file());
+            cmd.args(["--port", "0", "--tls-port", &port]);
+        } else {
+            cmd.args(["--port", &port]);
+        }
+        cmd.args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(&self.dir)
             .arg("--logfile")
-            .arg(self.dir.join(format!("redis-{}.log", self.port)))
+            .arg(self.log_file())
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -155,13 +177,25 @@ impl RedisServer {
                 self.child = None;
                 return false; // most likely the port was taken meanwhile
             }
-            if self.ping() {
+            if self.ready() {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
         self.kill();
         false
+    }
+
+    fn ready(&self) -> bool {
+        if !self.tls {
+            return self.ping();
+        }
+        std::fs::read_to_string(self.log_file())
+            .is_ok_and(|log| log.contains("Ready to accept connections"))
+    }
+
+    fn log_file(&self) -> PathBuf {
+        self.dir.join(format!("redis-{}.log", self.port))
     }
 
     fn ping(&self) -> bool {
