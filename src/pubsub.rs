@@ -13,12 +13,11 @@
 //! wakes all of them to retry, since an unlock may have been published while it was down.
 //! Waiters never depend on pub/sub alone: each wait is also bounded by the lock's TTL.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Notify};
@@ -87,7 +86,10 @@ impl ChannelEntry {
     }
 }
 
+mod actor;
 mod cluster;
+
+use actor::actor;
 
 /// How a cluster hub subscribes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,121 +287,6 @@ impl Drop for Subscription {
     }
 }
 
-/// The actor that owns the subscriber connection.
-async fn actor(
-    weak: Weak<HubShared>,
-    source: Source,
-    mut rx: mpsc::UnboundedReceiver<Command>,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-) {
-    let mut backoff = Duration::from_millis(20);
-    // Wait for the first waiter before opening a connection at all.
-    let mut pending: Vec<Command> = match rx.recv().await {
-        Some(c) => vec![c],
-        None => return,
-    };
-    loop {
-        // With nobody waiting there is nothing to reconnect for: wait for the next waiter.
-        let idle =
-            pending.is_empty() && weak.upgrade().is_none_or(|s| s.channels.lock().is_empty());
-        if idle {
-            match rx.recv().await {
-                Some(c) => pending.push(c),
-                None => return,
-            }
-        }
-        let mut master_changed = match &source {
-            Source::Sentinel(s) => Some(s.generation()),
-            Source::Fixed(_) => None,
-        };
-        let client = source.client();
-        let conn = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
-        let pubsub = match conn {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "pub/sub connect failed; waiters fall back to TTL-bounded waits");
-                if !sleep_draining(&mut rx, &mut pending, backoff).await {
-                    return;
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-            Err(_) => {
-                tracing::warn!("pub/sub connect timed out");
-                if !sleep_draining(&mut rx, &mut pending, backoff).await {
-                    return;
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-        };
-        let (mut sink, mut stream) = pubsub.split();
-        let mut subscribed: HashSet<Arc<str>> = HashSet::new();
-        let Some(shared) = weak.upgrade() else { return };
-
-        // Subscribe everything that has waiters now; queued commands are covered by this.
-        pending.clear();
-        let wanted: Vec<Arc<str>> = shared.channels.lock().keys().cloned().collect();
-        let resubscribed = if wanted.is_empty() {
-            Ok(())
-        } else {
-            let names: Vec<&str> = wanted.iter().map(|c| &**c).collect();
-            timed(response_timeout, sink.subscribe(names)).await
-        };
-        if let Err(e) = resubscribed {
-            tracing::warn!(error = %e, "pub/sub resubscribe failed");
-            drop(shared);
-            if !sleep_draining(&mut rx, &mut pending, backoff).await {
-                return;
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-            continue;
-        }
-        subscribed.extend(wanted);
-        backoff = Duration::from_millis(20);
-        shared.connected.store(true, Ordering::SeqCst);
-        {
-            let channels = shared.channels.lock();
-            for (name, entry) in channels.iter() {
-                if subscribed.contains(name) {
-                    entry.ready.store(true, Ordering::SeqCst);
-                    entry.ready_changed.notify_waiters();
-                }
-                // Anything may have been released while we were not listening.
-                entry.wake_all();
-            }
-        }
-        tracing::debug!(channels = subscribed.len(), "pub/sub connected");
-        drop(shared);
-
-        // Serve until the connection breaks.
-        let broken = loop {
-            tokio::select! {
-                cmd = rx.recv() => {
-                    let Some(cmd) = cmd else { return };
-                    let batch = with_queued(cmd, &mut rx);
-                    let Some(shared) = weak.upgrade() else { return };
-                    if let Err(e) = reconcile(&shared, &mut sink, &mut subscribed, batch, response_timeout).await {
-                        break e;
-                    }
-                }
-                _ = changed(&mut master_changed) => {
-                    break "the sentinels named another master".to_string();
-                }
-                msg = stream.next() => {
-                    let Some(msg) = msg else { break "connection closed".to_string() };
-                    let Some(shared) = weak.upgrade() else { return };
-                    shared.deliver(msg.get_channel_name().as_bytes());
-                }
-            }
-        };
-        tracing::warn!(reason = %broken, "pub/sub connection lost; reconnecting");
-        let Some(shared) = weak.upgrade() else { return };
-        shared.disconnected();
-    }
-}
-
 impl HubShared {
     /// Every entry loses its confirmed subscription; waiters retry now rather than
     /// sleep through a message that will never come.
@@ -422,113 +309,6 @@ impl HubShared {
             // lock "1" (to a lock without readers, just a release), and anything else
             // was sent by no unlock but costs one attempt per name at most.
             entry.wake_each_name();
-        }
-    }
-}
-
-/// `first` and every command queued behind it, so one round trip serves them all.
-fn with_queued(first: Command, rx: &mut mpsc::UnboundedReceiver<Command>) -> Vec<Command> {
-    let mut batch = vec![first];
-    while let Ok(more) = rx.try_recv() {
-        batch.push(more);
-    }
-    batch
-}
-
-/// Completes when the watched master changes; never without a watch.
-async fn changed(watch: &mut Option<tokio::sync::watch::Receiver<u64>>) {
-    match watch {
-        Some(w) => {
-            if w.changed().await.is_err() {
-                std::future::pending::<()>().await
-            }
-        }
-        None => std::future::pending::<()>().await,
-    }
-}
-
-/// Applies queued commands: subscribe what has waiters, unsubscribe what has none.
-async fn reconcile(
-    shared: &HubShared,
-    sink: &mut redis::aio::PubSubSink,
-    subscribed: &mut HashSet<Arc<str>>,
-    batch: Vec<Command>,
-    response_timeout: Duration,
-) -> Result<(), String> {
-    let mut to_sub: Vec<Arc<str>> = Vec::new();
-    let mut to_unsub: Vec<Arc<str>> = Vec::new();
-    let mut confirm: Vec<(Arc<str>, u64)> = Vec::new();
-    {
-        let channels = shared.channels.lock();
-        for cmd in batch {
-            match cmd {
-                Command::Subscribe(ch, id) => {
-                    if channels.get(&ch).is_some_and(|e| e.id == id) {
-                        if !subscribed.contains(&ch) && !to_sub.contains(&ch) {
-                            to_sub.push(ch.clone());
-                        }
-                        confirm.push((ch, id));
-                    }
-                }
-                Command::Unsubscribe(ch) => {
-                    if !channels.contains_key(&ch)
-                        && subscribed.contains(&ch)
-                        && !to_unsub.contains(&ch)
-                    {
-                        to_unsub.push(ch);
-                    }
-                }
-            }
-        }
-    }
-    if !to_unsub.is_empty() {
-        let names: Vec<&str> = to_unsub.iter().map(|c| &**c).collect();
-        timed(response_timeout, sink.unsubscribe(names)).await?;
-        for ch in &to_unsub {
-            subscribed.remove(ch);
-        }
-    }
-    if !to_sub.is_empty() {
-        let names: Vec<&str> = to_sub.iter().map(|c| &**c).collect();
-        timed(response_timeout, sink.subscribe(names)).await?;
-        subscribed.extend(to_sub);
-    }
-    let channels = shared.channels.lock();
-    for (ch, id) in confirm {
-        if let Some(entry) = channels.get(&ch).filter(|e| e.id == id) {
-            entry.ready.store(true, Ordering::SeqCst);
-            entry.ready_changed.notify_waiters();
-        }
-    }
-    Ok(())
-}
-
-async fn timed<F>(limit: Duration, fut: F) -> Result<(), String>
-where
-    F: std::future::Future<Output = redis::RedisResult<()>>,
-{
-    match tokio::time::timeout(limit, fut).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {limit:?}")),
-    }
-}
-
-/// Sleeps `d` while keeping the command queue drained. Returns false when the hub is gone.
-async fn sleep_draining(
-    rx: &mut mpsc::UnboundedReceiver<Command>,
-    pending: &mut Vec<Command>,
-    d: Duration,
-) -> bool {
-    let sleep = tokio::time::sleep(d);
-    tokio::pin!(sleep);
-    loop {
-        tokio::select! {
-            _ = &mut sleep => return true,
-            cmd = rx.recv() => match cmd {
-                Some(c) => pending.push(c),
-                None => return false,
-            }
         }
     }
 }

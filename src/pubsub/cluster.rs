@@ -33,7 +33,8 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
-use super::{sleep_draining, with_queued, Command, HubShared, Mode};
+use super::actor::{sleep_draining, with_queued};
+use super::{Command, HubShared, Mode};
 use crate::slot::key_slot;
 
 pub(super) async fn actor(
