@@ -208,7 +208,7 @@ impl ClientBuilder {
             check_duration("replica sync timeout", *timeout)?;
         }
         match &self.deployment {
-            Deployment::Single { url } => {
+            Deployment::Single { url } if config.redis_client.is_none() => {
                 open_client(url, &config.tls)?;
             }
             Deployment::Sentinel { sentinels, .. } if sentinels.is_empty() => {
@@ -323,6 +323,25 @@ impl Client {
         })
     }
 
+    /// Starts a builder over a redis-rs client the caller already has: its address,
+    /// database, credentials and TLS setup are used as they are, for the command and the
+    /// pub/sub connections of a single server. (`redis` is re-exported as
+    /// [`redis_rlock::redis`](crate::redis), so no version needs pinning.)
+    ///
+    /// ```no_run
+    /// # async fn demo() -> redis_rlock::Result<()> {
+    /// use redis_rlock::{redis, Client};
+    /// let existing = redis::Client::open("redis://127.0.0.1:6379").expect("a valid URL");
+    /// let client = Client::from_redis_client(existing).build().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_redis_client(client: redis::Client) -> ClientBuilder {
+        let url = client.get_connection_info().addr().to_string();
+        let mut builder = Client::with_deployment(Deployment::Single { url });
+        builder.config.redis_client = Some(client);
+        builder
+    }
+
     /// Starts a builder for a master monitored by Redis Sentinel under `master_name`.
     pub fn sentinel<S: AsRef<str>>(sentinels: &[S], master_name: &str) -> ClientBuilder {
         Client::with_deployment(Deployment::Sentinel {
@@ -353,6 +372,7 @@ impl Client {
                 handover_window: crate::handover::DEFAULT_HANDOVER_WINDOW,
                 address_map: Vec::new(),
                 tls: TlsSettings::default(),
+                redis_client: None,
             },
         }
     }

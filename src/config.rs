@@ -128,6 +128,9 @@ pub(crate) struct Config {
     /// Addresses announced by sentinels, mapped to where this client reaches them.
     pub(crate) address_map: Vec<((String, u16), (String, u16))>,
     pub(crate) tls: TlsSettings,
+    /// A redis-rs client the caller already had (`Client::from_redis_client`): used for
+    /// a single server's connections instead of opening the URL.
+    pub(crate) redis_client: Option<redis::Client>,
 }
 
 /// Certificates for `rediss://` connections, applied to every connection a client opens.

@@ -116,7 +116,11 @@ impl Conn {
     ) -> Result<Conn> {
         let backend = match deployment {
             Deployment::Single { url } => {
-                Backend::Single(connect_manager(open_client(url, &config.tls)?, config).await?)
+                let client = match &config.redis_client {
+                    Some(c) => c.clone(),
+                    None => open_client(url, &config.tls)?,
+                };
+                Backend::Single(connect_manager(client, config).await?)
             }
             Deployment::Sentinel {
                 sentinels,

@@ -167,7 +167,11 @@ impl PubSubHub {
                 );
             }
             Deployment::Single { url } => {
-                let source = Source::Fixed(Box::new(open_client(url, &config.tls)?));
+                let client = match &config.redis_client {
+                    Some(c) => c.clone(),
+                    None => open_client(url, &config.tls)?,
+                };
+                let source = Source::Fixed(Box::new(client));
                 background.service(runtime, actor(weak, source, rx, timeouts.0, timeouts.1));
             }
             Deployment::Sentinel { .. } => {

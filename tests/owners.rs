@@ -139,3 +139,37 @@ async fn a_child_task_waits_for_a_lock_its_parent_holds() {
         .expect("the child got the lock after its parent released it")
         .unwrap();
 }
+
+/// A client built over a redis-rs client the caller already has uses its address and
+/// credentials for commands and for the pub/sub connection that wakes waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_an_existing_redis_client_locks_and_wakes_waiters() {
+    let s = RedisServer::start();
+    let _: () = s.cmd(&["CONFIG", "SET", "requirepass", "pw"]);
+    let url = format!("redis://:pw@127.0.0.1:{}", s.port);
+    let existing = redis_rlock::redis::Client::open(url.as_str()).unwrap();
+    let c = Client::from_redis_client(existing)
+        .watchdog_timeout(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let other = Client::connect(&url).await.unwrap();
+    let held = other.lock("own:existing").lock().await.unwrap();
+    let waiter = {
+        let l = c.lock("own:existing");
+        tokio::spawn(async move {
+            let t = std::time::Instant::now();
+            let g = l.lock().await.unwrap();
+            (g, t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.unlock().await.unwrap();
+    let (g, waited) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was woken")
+        .unwrap();
+    // Woken by the unlock message (the holder's TTL was 30 s).
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    g.unlock().await.unwrap();
+}
