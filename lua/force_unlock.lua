@@ -3,8 +3,13 @@
 -- KEYS[2]  unlock channel
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  'publish', or 'spublish' on a cluster with sharded pub/sub
--- Returns 1 when a lock was deleted, 0 when there was none.
-if redis.call('exists', KEYS[1]) == 1 then
+-- Returns 1 when a lock was deleted, 0 when there was none; a WRONGTYPE error, deleting
+-- nothing, when the key is not a lock hash.
+local kind = redis.call('type', KEYS[1])['ok']
+if kind ~= 'none' and kind ~= 'hash' then
+    return redis.error_reply('WRONGTYPE the key is not a lock hash; force unlock deletes only locks')
+end
+if kind == 'hash' then
     -- PUBLISH first: if ACL refuses it, nothing has been deleted. Servers word that
     -- refusal differently and Redis 7.0 gives it no code of its own, so it is given one.
     local sent = redis.pcall(ARGV[2], KEYS[2], ARGV[1])

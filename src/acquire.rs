@@ -62,6 +62,7 @@ impl Target {
         lease: Option<Duration>,
         wait: Wait,
     ) -> Result<Option<LockGuard>> {
+        let started = Instant::now();
         // Where this client's own waiters already queue for the name, a new waiter
         // defers to them; a holder never does (its re-entry must go through).
         let mut behind = None;
@@ -112,7 +113,14 @@ impl Target {
                         after: self.inner().config.response_timeout,
                     })
                 }
-                None => return Ok(None),
+                // Redis gave no answer at all before the deadline: that is not "busy".
+                // (Once an attempt was answered busy, running out of time is `None`.)
+                None => {
+                    return Err(Error::Timeout {
+                        op: "try_lock_for (no answer before the deadline)",
+                        after: started.elapsed(),
+                    })
+                }
             },
         };
         let deadline = match wait {

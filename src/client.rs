@@ -415,9 +415,13 @@ impl Client {
     /// at once; every hold the client still has (held guards, watchdog or fixed lease)
     /// is released in Redis, waking other clients' waiters; releases of dropped guards
     /// and requests still finishing in the background are waited for; pending request
-    /// latches are deleted; then the watchdog, the pub/sub connection and every other
-    /// task of the client stop. Guards still alive report [`LockGuard::is_lost`] (their
-    /// lock was released), and their `unlock()` answers [`Error::Closed`].
+    /// latches queued for deletion are deleted; then the watchdog, the pub/sub connection
+    /// and every other task of the client stop. Guards still alive report
+    /// [`LockGuard::is_lost`] (their lock was released), and their `unlock()` and every
+    /// method of the client's locks answer [`Error::Closed`]. The command connection's
+    /// own driver task (redis-rs's) ends when the last handle of the client is dropped.
+    /// A latch whose request never got an answer is not known to be there; it expires by
+    /// its TTL.
     ///
     /// Clones of the client are shut down with it. Calling it again does the remaining
     /// work again and returns.
@@ -425,8 +429,9 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::Timeout`] if all that took longer than one request's worth of timeouts
-    /// and retries (3 x (response + connect timeout) + 100 ms); whatever was not
-    /// released then expires with its lease. Errors of single releases are logged.
+    /// and retries (3 x (response + connect timeout) + 100 ms); the first error of a
+    /// release that could not be confirmed (every one is logged). Whatever was not
+    /// released expires with its lease; the client is closed and stopped either way.
     ///
     /// # Cancel safety
     ///
@@ -447,6 +452,7 @@ impl Client {
         holds.extend(inner.fixed.drain());
         holds.sort();
         holds.dedup();
+        let mut failed = None;
         let work = async {
             let releases = holds
                 .iter()
@@ -458,6 +464,7 @@ impl Client {
             {
                 if let Err(e) = outcome {
                     tracing::warn!(lock = %name, error = %e, "shutdown could not release a hold; it expires with its lease");
+                    failed.get_or_insert(e);
                 }
             }
             // Errands may start requests and requests errands (a cancelled acquire's
@@ -473,14 +480,18 @@ impl Client {
         };
         let finished = tokio::time::timeout(limit, work).await.is_ok();
         inner.background.stop_services();
-        if finished {
-            tracing::debug!(released = holds.len(), "client shut down");
-            Ok(())
-        } else {
-            Err(Error::Timeout {
+        if !finished {
+            return Err(Error::Timeout {
                 op: "shutdown",
                 after: limit,
-            })
+            });
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => {
+                tracing::debug!(released = holds.len(), "client shut down");
+                Ok(())
+            }
         }
     }
 }

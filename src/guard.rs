@@ -177,11 +177,14 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// - [`Error::NotHeld`]: the lock had expired or was taken over before.
-    /// - [`Error::LeaseLost`]: the guard already knew it was lost. Whatever Redis may
-    ///   still keep under this holder's field (a renewal that landed after the client
-    ///   gave up on the lease) is deleted all the same, unless another hold or request
-    ///   of the same owner uses the field.
+    /// - [`Error::LeaseLost`]: the guard already knew it was lost
+    ///   ([`is_lost`](Self::is_lost): found gone by the watchdog, its confirmed or fixed
+    ///   lease ran out by the clock, or a force unlock of this client). Whatever Redis
+    ///   may still keep of this hold (a renewal that landed after the client gave up on
+    ///   the lease) is released all the same, unless another hold or request of the same
+    ///   owner uses the field.
+    /// - [`Error::NotHeld`]: Redis had no hold of this owner although the guard did not
+    ///   know it was lost (force-unlocked by another client, or the key deleted).
     /// - [`Error::PermissionDenied`]: ACL forbids the unlock's publish; the lock is left
     ///   as it was, and expires with its lease.
     /// - Transient errors once the retries are spent; the hold then expires with its
@@ -221,6 +224,10 @@ impl LockGuard {
                 }
                 Step::Send { holds, keep } => (holds, keep),
             };
+            // A fixed lease that ran out by the clock is lost, as a watchdog hold whose
+            // confirmed lease ran out is; what may be left of it in Redis still goes.
+            let expired =
+                matches!(state.kind, GuardKind::Lease { expires } if Instant::now() >= expires);
             let inner = state.target.inner.clone();
             let request = {
                 let (inner, hold) = (inner.clone(), state.hold.clone());
@@ -229,7 +236,13 @@ impl LockGuard {
             let orphan = |outcome: Result<Release>| async move {
                 tracing::debug!(?outcome, "unlock finished after its caller left");
             };
-            match Completing::new(inner.spawner(), request, orphan).await? {
+            let released = Completing::new(inner.spawner(), request, orphan).await;
+            if expired {
+                return Err(Error::LeaseLost {
+                    name: state.hold.name.to_string(),
+                });
+            }
+            match released? {
                 Release::NotHeld => Err(Error::NotHeld {
                     name: state.hold.name.to_string(),
                     owner: state.hold.field.to_string(),
@@ -343,7 +356,12 @@ impl Drop for LockGuard {
             Step::Local | Step::Lost { sweep: None } => return,
         };
         let inner = state.target.inner.clone();
+        // In flight from the drop itself, not from the errand's first poll: an acquire
+        // of the same owner right after the drop waits for this release (see `InFlight`)
+        // instead of re-entering the hold it is about to give back.
+        let in_flight = inner.inflight.begin(&state.hold.name, &state.hold.field);
         inner.clone().spawner().errand(async move {
+            let _in_flight = in_flight;
             let r = release_hold(&inner, &state.hold, keep, holds).await;
             match r {
                 Ok(Release::NotHeld) => {

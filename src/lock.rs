@@ -207,14 +207,16 @@ impl Lock {
     /// # Errors
     ///
     /// As [`lock_with_lease`](Self::lock_with_lease), and
-    /// [`Error::DurationOutOfRange`] for a `wait` beyond [`MAX_DURATION`](crate::MAX_DURATION). A Redis that
-    /// stalls past the deadline gives `Ok(None)`, not an error.
+    /// [`Error::DurationOutOfRange`] for a `wait` beyond
+    /// [`MAX_DURATION`](crate::MAX_DURATION). [`Error::Timeout`] (transient) when Redis
+    /// gave no answer at all before the deadline; `Ok(None)` means it answered that
+    /// someone else holds the lock, and kept doing so until the deadline.
     ///
     /// # Time
     ///
-    /// Returns by `now + wait` plus a few ms (measured: 200 ms waits returned after
-    /// 200-203 ms while Redis was stopped), even with an attempt in flight at the
-    /// deadline: that attempt finishes in the background.
+    /// Returns by `now + wait` plus a few ms (measured: a 200 ms wait returned after
+    /// 202 ms while Redis was stopped), even with an attempt in flight at the deadline:
+    /// that attempt finishes in the background.
     ///
     /// # Cancel safety
     ///
@@ -368,6 +370,7 @@ impl Lock {
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn force_unlock(&self) -> Result<bool> {
         self.target.check_name()?;
+        self.target.inner().check_open()?;
         let inner = self.target.inner();
         inner.watchdog.forget_name(&self.target.name);
         let deleted =
@@ -388,6 +391,7 @@ impl Lock {
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn is_locked(&self) -> Result<bool> {
         self.target.check_name()?;
+        self.target.inner().check_open()?;
         let reply = raw::query(
             &self.target.inner().conn,
             &self.target.name,
@@ -423,6 +427,7 @@ impl Lock {
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn hold_count(&self) -> Result<u32> {
         self.target.check_name()?;
+        self.target.inner().check_open()?;
         let (_, field) = self.target.current_field();
         let local = self
             .target
@@ -456,6 +461,7 @@ impl Lock {
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
         self.target.check_name()?;
+        self.target.inner().check_open()?;
         let reply = raw::query(
             &self.target.inner().conn,
             &self.target.name,

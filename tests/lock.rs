@@ -287,13 +287,13 @@ async fn an_explicit_lease_expires_and_frees_the_lock() {
     tokio::time::timeout(Duration::from_secs(1), g.lost())
         .await
         .unwrap();
+    // The guard knew its lease had run out: the same answer as a lost watchdog hold.
     match g.unlock().await {
-        Err(Error::NotHeld { name, owner }) => {
-            assert_eq!(name, "leased");
-            assert!(owner.starts_with(a.id()));
-        }
-        other => panic!("expected NotHeld, got {other:?}"),
+        Err(Error::LeaseLost { name }) => assert_eq!(name, "leased"),
+        other => panic!("expected LeaseLost, got {other:?}"),
     }
+    // ...and that unlock left the new holder alone.
+    assert!(g2.is_watchdog() || !g2.is_lost());
     g2.unlock().await.unwrap();
 }
 
@@ -570,6 +570,11 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     }
     assert!(matches!(
         c.lock("a-string").hold_count().await,
+        Err(Error::WrongType { .. })
+    ));
+    // A force unlock deletes only locks.
+    assert!(matches!(
+        c.lock("a-string").force_unlock().await,
         Err(Error::WrongType { .. })
     ));
     assert_eq!(s.cmd::<String>(&["GET", "a-string"]), "v");
@@ -958,7 +963,7 @@ async fn edge_inputs_a_one_mib_name_and_a_one_ms_lease() {
             == 0)
         .await
     );
-    assert!(matches!(g.unlock().await, Err(Error::NotHeld { .. })));
+    assert!(matches!(g.unlock().await, Err(Error::LeaseLost { .. })));
     let keys: Vec<String> = s.cmd(&["KEYS", "n*"]);
     assert!(keys.is_empty());
 }

@@ -85,6 +85,15 @@ async fn shutdown_releases_every_hold_and_turns_waiters_away() {
         Err(Error::Closed)
     ));
     assert_eq!(s.cmd::<i64>(&["EXISTS", "sd:new"]), 0);
+    // Nothing else goes to Redis either.
+    assert!(matches!(
+        c.lock("sd:new").is_locked().await,
+        Err(Error::Closed)
+    ));
+    assert!(matches!(
+        c.lock("sd:new").force_unlock().await,
+        Err(Error::Closed)
+    ));
     drop(fixed);
     // A second call is harmless.
     c.shutdown().await.unwrap();
