@@ -310,16 +310,16 @@ pub struct Client {
 
 impl Client {
     /// Connects with default settings. See [`ClientBuilder::build`].
-    pub async fn connect(url: &str) -> Result<Client> {
+    pub async fn connect(url: impl AsRef<str>) -> Result<Client> {
         Client::builder(url).build().await
     }
 
     /// Starts a builder for a client of the Redis server at `url`
     /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS with the
     /// `tls-rustls` feature and `ClientBuilder::tls_root_cert`).
-    pub fn builder(url: &str) -> ClientBuilder {
+    pub fn builder(url: impl AsRef<str>) -> ClientBuilder {
         Client::with_deployment(Deployment::Single {
-            url: url.to_string(),
+            url: url.as_ref().to_string(),
         })
     }
 
@@ -377,8 +377,9 @@ impl Client {
         }
     }
 
-    /// A handle to the lock named `name`, written exactly as Redisson's `RLock` writes
-    /// it (the lock hash and its channel, nothing else). Nothing is sent to Redis until
+    /// A handle to the lock named `name`, written as Redisson's `RLock` writes it: the
+    /// lock hash and its channel, and no token counter (short-lived request latches
+    /// aside, `docs/protocol.md` 1.5). Nothing is sent to Redis until
     /// it is used; the name is checked then. Its guards carry no fencing token; use
     /// [`fenced_lock`](Self::fenced_lock) for one.
     pub fn lock(&self, name: impl Into<String>) -> Lock {

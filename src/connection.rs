@@ -136,7 +136,7 @@ impl Conn {
                     .await
                     .map_err(|_| Error::Timeout {
                         op: "connect",
-                        after: config.connect_timeout,
+                        after: limit,
                     })?
                     .map_err(|e| connect_error(e, config.connect_timeout))?;
                 let replicas = Arc::new(ClusterReplicas {

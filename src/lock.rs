@@ -97,9 +97,16 @@ impl Lock {
     ///
     /// Waits without limit; use [`try_lock_for`](Self::try_lock_for) to bound the wait.
     ///
-    /// Re-entrant per owner (see [`OwnerId`](crate::OwnerId)): a second `lock()` by the task (or thread)
-    /// that holds the lock returns at once with another guard. A task spawned by the
-    /// holder is another owner and waits.
+    /// Re-entrant per owner (see [`OwnerId`](crate::OwnerId)): a second `lock()` by the
+    /// task (or thread) that holds the lock returns at once with another guard. A task
+    /// spawned by the holder is another owner and waits.
+    ///
+    /// A nested `lock()` of a plain lock is served by the client without asking Redis
+    /// while the outer hold's lease is known live: it learns of a takeover (a force
+    /// unlock by another client, a deleted key) no sooner than the outer guard does, at
+    /// the next renewal (within a third of the watchdog timeout). A
+    /// [`fenced_lock`](crate::Client::fenced_lock) asks Redis for every re-entry, as
+    /// Redisson does, and each re-entry gets its own token.
     ///
     /// **Futures joined or selected inside one task** (`join!`, `select!`,
     /// `FuturesUnordered`) are *one* owner, so both enter. Run each in its own

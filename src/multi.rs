@@ -152,8 +152,8 @@ impl RedLock {
         }
     }
 
-    /// One round: `Ok(None)` unless a majority grants the lock at once. `lease: None`
-    /// lets each client's watchdog renew its part.
+    /// One round: `Ok(None)` unless a majority grants the lock at once; each client's
+    /// watchdog renews its part.
     ///
     /// # Errors
     ///
@@ -162,11 +162,22 @@ impl RedLock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(&self, lease: Option<Duration>) -> Result<Option<MultiGuard>> {
-        if let Some(l) = lease {
-            crate::config::check_lease(l)?;
-        }
-        self.round(lease).await
+    pub async fn try_lock(&self) -> Result<Option<MultiGuard>> {
+        self.round(None).await
+    }
+
+    /// One round with a fixed `lease` on each master.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_for`](Self::try_lock_for).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock_with_lease(&self, lease: Duration) -> Result<Option<MultiGuard>> {
+        crate::config::check_lease(lease)?;
+        self.round(Some(lease)).await
     }
 
     /// Tries for at most `wait`. `Ok(None)` when no majority granted it in time.
@@ -304,8 +315,21 @@ impl MultiLock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(&self, lease: Option<Duration>) -> Result<Option<MultiGuard>> {
-        self.try_lock_for(Duration::ZERO, lease).await
+    pub async fn try_lock(&self) -> Result<Option<MultiGuard>> {
+        self.try_lock_for(Duration::ZERO, None).await
+    }
+
+    /// As [`try_lock`](Self::try_lock), each part with a fixed `lease`.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock), and lease errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock_with_lease(&self, lease: Duration) -> Result<Option<MultiGuard>> {
+        self.try_lock_for(Duration::ZERO, Some(lease)).await
     }
 
     async fn lock_inner(&self, lease: Option<Duration>) -> Result<MultiGuard> {

@@ -12,7 +12,7 @@ use common::{eventually, RedisServer};
 use redis_rlock::{Client, LockGuard};
 
 async fn client(s: &RedisServer, limit: u32) -> Client {
-    Client::builder(&s.url())
+    Client::builder(s.url())
         .handover_limit(limit)
         .build()
         .await
@@ -53,7 +53,7 @@ async fn holder_and_waiter_behind_a_proxy(
     name: &str,
 ) -> (Arc<Proxy>, LockGuard, tokio::task::JoinHandle<LockGuard>) {
     let proxy = Arc::new(Proxy::start(s.port).await);
-    let c = Client::builder(&proxy.url())
+    let c = Client::builder(proxy.url())
         .response_timeout(Duration::from_millis(300))
         .build()
         .await
@@ -68,7 +68,7 @@ async fn holder_and_waiter_behind_a_proxy(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unlock_hands_the_lock_to_a_waiting_task_without_publishing() {
     let s = RedisServer::start();
-    let c = Client::builder(&s.url())
+    let c = Client::builder(s.url())
         .watchdog_timeout(Duration::from_millis(600))
         .build()
         .await
@@ -281,7 +281,7 @@ async fn a_waiter_stops_waiting_on_an_unlock_left_unpolled() {
     let s = RedisServer::start();
     // A 1 s lease bounds the waiter's sleep, and short timeouts bound how long it waits
     // for its offer to be settled.
-    let c = Client::builder(&s.url())
+    let c = Client::builder(s.url())
         .watchdog_timeout(Duration::from_secs(1))
         .response_timeout(Duration::from_millis(200))
         .connect_timeout(Duration::from_millis(200))

@@ -16,7 +16,7 @@ async fn client(s: &RedisServer) -> Client {
 }
 
 async fn client_wd(s: &RedisServer, wd: Duration) -> Client {
-    Client::builder(&s.url())
+    Client::builder(s.url())
         .watchdog_timeout(wd)
         .build()
         .await
@@ -606,17 +606,17 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_client_settings_are_rejected() {
     let s = RedisServer::start();
-    let r = Client::builder(&s.url())
+    let r = Client::builder(s.url())
         .watchdog_timeout(Duration::ZERO)
         .build()
         .await;
     assert!(matches!(r, Err(Error::InvalidConfig(_))));
-    let r = Client::builder(&s.url())
+    let r = Client::builder(s.url())
         .watchdog_timeout(Duration::MAX)
         .build()
         .await;
     assert!(matches!(r, Err(Error::DurationOutOfRange { .. })));
-    let r = Client::builder(&s.url())
+    let r = Client::builder(s.url())
         .response_timeout(Duration::ZERO)
         .build()
         .await;
@@ -634,7 +634,7 @@ async fn redis_unreachable_fails_within_the_timeouts() {
         .unwrap()
         .port();
     let start = Instant::now();
-    let r = Client::builder(&format!("redis://127.0.0.1:{port}"))
+    let r = Client::builder(format!("redis://127.0.0.1:{port}"))
         .connect_timeout(Duration::from_millis(500))
         .build()
         .await;
@@ -646,7 +646,7 @@ async fn redis_unreachable_fails_within_the_timeouts() {
 
     // A server that dies after we connected.
     let mut s = RedisServer::start();
-    let c = Client::builder(&s.url())
+    let c = Client::builder(s.url())
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_millis(500))
         .build()
@@ -872,7 +872,7 @@ async fn fencing_tokens_rise_with_every_acquisition() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_unlock_whose_reply_was_lost_counts_down_once() {
     let s = RedisServer::start();
-    let c = Client::builder(&s.url())
+    let c = Client::builder(s.url())
         .response_timeout(Duration::from_millis(300))
         .build()
         .await
@@ -975,7 +975,7 @@ async fn a_lock_taken_while_a_dropped_guards_release_retries_is_kept() {
     // release that new hold.
     let s = RedisServer::start();
     let proxy = Arc::new(Proxy::start(s.port).await);
-    let c = Client::builder(&proxy.url())
+    let c = Client::builder(proxy.url())
         .response_timeout(Duration::from_millis(300))
         .build()
         .await

@@ -11,7 +11,7 @@ use common::RedisServer;
 use redis_rlock::{Client, OwnerId};
 
 async fn client(s: &RedisServer) -> Client {
-    Client::builder(&s.url())
+    Client::builder(s.url())
         .watchdog_timeout(Duration::from_secs(5))
         .build()
         .await

@@ -9,7 +9,7 @@ use common::RedisServer;
 use redis_rlock::{Client, Error};
 
 async fn client(s: &RedisServer) -> Client {
-    Client::builder(&s.url())
+    Client::builder(s.url())
         .watchdog_timeout(Duration::from_secs(30))
         .response_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_millis(500))

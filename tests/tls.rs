@@ -240,11 +240,11 @@ async fn locks_and_pubsub_wake_ups_run_over_tls_with_a_custom_ca() {
     let certs = Certs::make();
     let server = certs.start_server(false, &[]);
     let ca = certs.pem("ca.crt");
-    let a = quick(Client::builder(&url(&server)).tls_root_cert(&ca))
+    let a = quick(Client::builder(url(&server)).tls_root_cert(&ca))
         .build()
         .await
         .unwrap();
-    let b = quick(Client::builder(&url(&server)).tls_root_cert(&ca))
+    let b = quick(Client::builder(url(&server)).tls_root_cert(&ca))
         .build()
         .await
         .unwrap();
@@ -273,7 +273,7 @@ async fn mutual_tls_needs_the_client_certificate() {
         certs.pem("client.key"),
     );
     let build = || {
-        quick(Client::builder(&url(&server)))
+        quick(Client::builder(url(&server)))
             .tls_root_cert(&ca)
             .tls_client_cert(&cert, &key)
             .build()
@@ -290,7 +290,7 @@ async fn mutual_tls_needs_the_client_certificate() {
     let started = Instant::now();
     let refused = tokio::time::timeout(
         Duration::from_secs(10),
-        quick(Client::builder(&url(&server)).tls_root_cert(&ca)).build(),
+        quick(Client::builder(url(&server)).tls_root_cert(&ca)).build(),
     )
     .await
     .expect("build returned");
@@ -348,7 +348,7 @@ async fn a_wrong_ca_or_unusable_settings_fail_at_build_typed_and_quickly() {
 
     // A server certificate no trusted CA signed: the system's roots, then another CA.
     for other in [None, Some(certs.pem("other-ca.crt"))] {
-        let mut b = quick(Client::builder(&url(&server)));
+        let mut b = quick(Client::builder(url(&server)));
         if let Some(pem) = &other {
             b = b.tls_root_cert(pem);
         }
@@ -374,7 +374,7 @@ async fn a_wrong_ca_or_unusable_settings_fail_at_build_typed_and_quickly() {
         matches!(&err, Error::InvalidConfig(m) if m.contains("rediss://")),
         "{err:?}"
     );
-    let err = Client::builder(&url(&server))
+    let err = Client::builder(url(&server))
         .tls_root_cert(
             b"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
         )
@@ -382,7 +382,7 @@ async fn a_wrong_ca_or_unusable_settings_fail_at_build_typed_and_quickly() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidConfig(_)), "{err:?}");
-    let err = Client::builder(&url(&server))
+    let err = Client::builder(url(&server))
         .tls_root_cert(certs.pem("ca.crt"))
         .tls_client_cert(certs.pem("client.crt"), b"not a key")
         .build()

@@ -165,7 +165,7 @@ pub(super) async fn connect_manager(
     .await
     .map_err(|_| Error::Timeout {
         op: "connect",
-        after: config.connect_timeout,
+        after: limit,
     })?
     .map_err(|e| connect_error(e, config.connect_timeout))
 }
