@@ -927,6 +927,10 @@ client and (in W3) a second client process share the cores; compare rows of one 
   thread woken from sleep on the way); during the run the machine is about a third idle,
   with the client processes' time mostly in the kernel's wake-up path: what is left is
   latency, not CPU.
+- **Module split (no import circle, the acquire loop as a state machine).** Measured with
+  both builds alternating, three runs each, on one busy day (W1 ratio to 2 RTT; W2 ratio to
+  the limit; W3 acq/s with `RLOCK_BENCH_LIBS=ours,rslock`): before 0.79-0.82x, 0.43-0.50x,
+  7,814-9,324; after 0.73-0.88x, 0.42-0.52x, 9,399-9,555. No change beyond the noise.
 - **W4.** One script call renews 100 locks; 10,000 locks cost 100 calls per period.
 - **W5.** Live heap per waiter is counted by a counting allocator in the benchmark binary
   (the task, its future, its share of the channel entry and its hand-over ticket). RSS is
