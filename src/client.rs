@@ -1,5 +1,5 @@
-//! The client: configuration, the command connection, and the per-client services
-//! (watchdog and pub/sub hub) that every lock of the client shares.
+//! The public client: its builder (which checks the settings and wires the shared
+//! services together), the facade over those services, and shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -446,54 +446,7 @@ impl Client {
     ///
     /// [`LockGuard::is_lost`]: crate::LockGuard::is_lost
     pub async fn shutdown(&self) -> Result<()> {
-        let inner = &self.inner;
-        inner.closed.set();
-        let limit = inner.offer_bound();
-        let mut holds = inner.watchdog.drain();
-        holds.extend(inner.fixed.drain());
-        holds.sort();
-        holds.dedup();
-        let mut failed = None;
-        let work = async {
-            let releases = holds
-                .iter()
-                .map(|(name, field)| crate::release::release_field(inner, name, field));
-            for (outcome, (name, _)) in futures_util::future::join_all(releases)
-                .await
-                .into_iter()
-                .zip(&holds)
-            {
-                if let Err(e) = outcome {
-                    tracing::warn!(lock = %name, error = %e, "shutdown could not release a hold; it expires with its lease");
-                    failed.get_or_insert(e);
-                }
-            }
-            // Errands may start requests and requests errands (a cancelled acquire's
-            // undo): wait until both are quiet at once.
-            loop {
-                inner.background.errands_done().await;
-                inner.inflight.all_settled().await;
-                if inner.background.errands_idle() {
-                    break;
-                }
-            }
-            inner.janitor.flush().await;
-        };
-        let finished = tokio::time::timeout(limit, work).await.is_ok();
-        inner.background.stop_services();
-        if !finished {
-            return Err(Error::Timeout {
-                op: "shutdown",
-                after: limit,
-            });
-        }
-        match failed {
-            Some(e) => Err(e),
-            None => {
-                tracing::debug!(released = holds.len(), "client shut down");
-                Ok(())
-            }
-        }
+        crate::release::shut_down(&self.inner).await
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::handover::{Grant, Offer, Ticket};
 use crate::raw::{self, Release, ReleaseCall};
 use crate::services::ClientInner;
@@ -186,4 +186,56 @@ async fn send_release(
         }
     }
     outcome
+}
+
+/// What `Client::shutdown` does: closes the client to new work, releases every hold,
+/// waits for errands and requests, flushes latches and stops the services.
+pub(crate) async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
+    inner.closed.set();
+    let limit = inner.offer_bound();
+    let mut holds = inner.watchdog.drain();
+    holds.extend(inner.fixed.drain());
+    holds.sort();
+    holds.dedup();
+    let mut failed = None;
+    let work = async {
+        let releases = holds
+            .iter()
+            .map(|(name, field)| release_field(inner, name, field));
+        for (outcome, (name, _)) in futures_util::future::join_all(releases)
+            .await
+            .into_iter()
+            .zip(&holds)
+        {
+            if let Err(e) = outcome {
+                tracing::warn!(lock = %name, error = %e, "shutdown could not release a hold; it expires with its lease");
+                failed.get_or_insert(e);
+            }
+        }
+        // Errands may start requests and requests errands (a cancelled acquire's
+        // undo): wait until both are quiet at once.
+        loop {
+            inner.background.errands_done().await;
+            inner.inflight.all_settled().await;
+            if inner.background.errands_idle() {
+                break;
+            }
+        }
+        inner.janitor.flush().await;
+    };
+    let finished = tokio::time::timeout(limit, work).await.is_ok();
+    inner.background.stop_services();
+    if !finished {
+        return Err(Error::Timeout {
+            op: "shutdown",
+            after: limit,
+        });
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => {
+            tracing::debug!(released = holds.len(), "client shut down");
+            Ok(())
+        }
+    }
 }
