@@ -1,8 +1,10 @@
 //! A tour of redis-rlock: reentrancy, a try_lock timeout, the watchdog carrying a job
 //! past its lease, and many workers incrementing a counter with no lost update.
 //!
-//! Uses `REDIS_URL` when set; otherwise starts a throwaway redis-server on a free
-//! loopback port and stops it at the end.
+//! Uses `REDIS_URL` when set; otherwise starts a throwaway server on a free loopback
+//! port and stops it at the end: `REDIS_SERVER`, `redis-server` or `valkey-server` on the
+//! PATH, or a Valkey fetched once into `target/valkey/` (see
+//! `tests/common/server_bin.rs`).
 //!
 //!     cargo run --example demo
 
@@ -10,6 +12,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis_rlock::Client;
+
+#[path = "../tests/common/server_bin.rs"]
+#[allow(dead_code)]
+mod server_bin;
 
 /// A redis-server started for this demo, killed on drop.
 struct Throwaway {
@@ -32,7 +38,12 @@ fn start_redis() -> Result<(String, Throwaway), String> {
         .port();
     let dir = std::env::temp_dir().join(format!("rlock-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let child = Command::new("redis-server")
+    let bin = std::panic::catch_unwind(server_bin::server_bin).map_err(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_else(|| "no server binary".into())
+    })?;
+    let child = Command::new(&bin)
         .args([
             "--port",
             &port.to_string(),
@@ -48,17 +59,12 @@ fn start_redis() -> Result<(String, Throwaway), String> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => "redis-server is not installed. On Debian or Ubuntu: \
-                 `sudo apt-get install -y redis-server`; or set REDIS_URL to a running Redis."
-                .to_string(),
-            _ => format!("cannot start redis-server: {e}"),
-        })?;
+        .map_err(|e| format!("cannot start {bin}: {e}; or set REDIS_URL to a running Redis"))?;
     let server = Throwaway { child, dir };
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if start.elapsed() > Duration::from_secs(10) {
-            return Err("redis-server did not start within 10 s".into());
+            return Err(format!("{bin} did not start within 10 s"));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -71,7 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(url) => (url, None),
         Err(_) => match start_redis() {
             Ok((url, s)) => {
-                println!("started a throwaway redis-server at {url}");
+                println!("started a throwaway server at {url}");
                 (url, Some(s))
             }
             Err(e) => {

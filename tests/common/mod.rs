@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod server_bin;
 pub mod topology;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -75,9 +76,10 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// The redis-server binary: `REDIS_SERVER` or the one on PATH.
+/// The server binary (see `server_bin.rs`: `REDIS_SERVER`, the PATH, or a Valkey
+/// fetched once into `target/`).
 pub fn redis_server_bin() -> String {
-    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+    server_bin::server_bin()
 }
 
 pub fn free_port() -> u16 {

@@ -151,12 +151,14 @@ impl SentinelProc {
                 ),
             )
             .unwrap();
-            let mut child = Command::new("redis-sentinel")
+            let (bin, mode) = super::server_bin::sentinel_cmd();
+            let mut child = Command::new(&bin)
                 .arg(&conf)
+                .args(&mode)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("redis-sentinel not found: apt-get install -y redis-sentinel");
+                .unwrap_or_else(|e| panic!("cannot start the sentinel `{bin}`: {e}"));
             let start = Instant::now();
             while start.elapsed() < Duration::from_secs(5) {
                 if child.try_wait().unwrap().is_some() {
