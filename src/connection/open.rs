@@ -22,7 +22,22 @@ pub(crate) fn manager_config(config: &Config) -> ConnectionManagerConfig {
 }
 
 fn bad_url(url: &str, e: RedisError) -> Error {
-    Error::InvalidConfig(format!("bad Redis URL `{url}`: {e}"))
+    Error::InvalidConfig(format!("bad Redis URL `{}`: {e}", without_password(url)))
+}
+
+/// `url` with the password of its user info (`scheme://user:password@host`) masked, for
+/// error messages that end up in logs.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_string(),
+    }
 }
 
 /// A client for `url` with the client's TLS settings. Every connection the crate opens
@@ -212,6 +227,21 @@ mod tests {
             Err(e) => panic!("expected InvalidConfig, got {e:?}"),
             Ok(_) => panic!("expected InvalidConfig, got a client"),
         }
+    }
+
+    #[test]
+    fn a_bad_url_is_reported_without_its_password() {
+        let m = invalid_config(open_client(
+            "redis://user:s3cret@127.0.0.1:notaport",
+            &TlsSettings::default(),
+        ));
+        assert!(!m.contains("s3cret"), "{m}");
+        assert!(m.contains("user:***@127.0.0.1"), "{m}");
+        assert_eq!(
+            without_password("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(without_password("redis://:pw@h:1"), "redis://:***@h:1");
     }
 
     #[test]
