@@ -9,11 +9,7 @@ use common::RedisServer;
 use redis_rlock::{Client, Error, LockGuard, MultiLock, RedLock};
 
 async fn client(s: &RedisServer, wd: Duration) -> Client {
-    Client::builder(s.url())
-        .watchdog_timeout(wd)
-        .build()
-        .await
-        .unwrap()
+    common::client_with(&s.url(), wd, Duration::from_secs(3)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,21 +8,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
+use common::{client_with, RedisServer};
 use redis_rlock::{Client, Error};
 
 fn figure(name: &str, value: impl std::fmt::Debug) {
     println!("FIGURE {name} {value:?}");
-}
-
-async fn client_with(url: &str, wd: Duration, response: Duration) -> Client {
-    Client::builder(url)
-        .watchdog_timeout(wd)
-        .response_timeout(response)
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap()
 }
 
 /// The holder's thread is blocked past its lease (a long synchronous call on a

@@ -11,11 +11,7 @@ use common::RedisServer;
 use redis_rlock::{Client, OwnerId};
 
 async fn client(s: &RedisServer) -> Client {
-    Client::builder(s.url())
-        .watchdog_timeout(Duration::from_secs(5))
-        .build()
-        .await
-        .unwrap()
+    common::client_with(&s.url(), Duration::from_secs(5), Duration::from_secs(3)).await
 }
 
 /// Enters a section, records the most that were ever inside at once, and leaves.

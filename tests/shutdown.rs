@@ -9,13 +9,12 @@ use common::RedisServer;
 use redis_rlock::{Client, Error};
 
 async fn client(s: &RedisServer) -> Client {
-    Client::builder(s.url())
-        .watchdog_timeout(Duration::from_secs(30))
-        .response_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap()
+    common::client_with(
+        &s.url(),
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

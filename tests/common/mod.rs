@@ -82,6 +82,18 @@ pub fn redis_server_bin() -> String {
     server_bin::server_bin()
 }
 
+/// A client of `url` with this watchdog timeout and response timeout (and a 500 ms
+/// connect timeout).
+pub async fn client_with(url: &str, wd: Duration, response: Duration) -> redis_rlock::Client {
+    redis_rlock::Client::builder(url)
+        .watchdog_timeout(wd)
+        .response_timeout(response)
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap()
+}
+
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     l.local_addr().unwrap().port()
