@@ -207,6 +207,20 @@ impl ClientBuilder {
             }
             check_duration("replica sync timeout", *timeout)?;
         }
+        let wait = match (&config.replica_sync, &self.deployment) {
+            (Some(ReplicaSync::Wait { timeout, .. }), _) => Some(*timeout),
+            (None, Deployment::Sentinel { .. } | Deployment::Cluster { .. }) => {
+                match ReplicaSync::default_wait() {
+                    ReplicaSync::Wait { timeout, .. } => Some(timeout),
+                    ReplicaSync::Off => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some(wait) = wait.filter(|w| *w >= config.watchdog_timeout / 3) {
+            // WAIT blocks the connection it runs on, renewals queued behind it included.
+            tracing::warn!(?wait, watchdog_timeout = ?config.watchdog_timeout, "the replica sync timeout is not below a third of the watchdog timeout: replicas that do not answer can hold renewals up until leases run out");
+        }
         match &self.deployment {
             Deployment::Single { url } if config.redis_client.is_none() => {
                 open_client(url, &config.tls)?;

@@ -59,6 +59,11 @@ pub enum Deployment {
 /// holder; then it is retried or fails with [`Error::NotReplicated`](crate::Error::NotReplicated), as
 /// [`SyncFailure`] says. On by default for Sentinel and Cluster, off for a single
 /// server.
+///
+/// `WAIT` blocks the connection it runs on, and the watchdog's renewals share it: keep
+/// its timeout well below a third of the watchdog timeout (the renewal period), or
+/// replicas that do not answer can hold renewals up until leases run out. The client
+/// logs a warning when it is not.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReplicaSync {
