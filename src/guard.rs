@@ -224,10 +224,6 @@ impl LockGuard {
                 }
                 Step::Send { holds, keep } => (holds, keep),
             };
-            // A fixed lease that ran out by the clock is lost, as a watchdog hold whose
-            // confirmed lease ran out is; what may be left of it in Redis still goes.
-            let expired =
-                matches!(state.kind, GuardKind::Lease { expires } if Instant::now() >= expires);
             let inner = state.target.inner.clone();
             let request = {
                 let (inner, hold) = (inner.clone(), state.hold.clone());
@@ -236,13 +232,7 @@ impl LockGuard {
             let orphan = |outcome: Result<Release>| async move {
                 tracing::debug!(?outcome, "unlock finished after its caller left");
             };
-            let released = Completing::new(inner.spawner(), request, orphan).await;
-            if expired {
-                return Err(Error::LeaseLost {
-                    name: state.hold.name.to_string(),
-                });
-            }
-            match released? {
+            match Completing::new(inner.spawner(), request, orphan).await? {
                 Release::NotHeld => Err(Error::NotHeld {
                     name: state.hold.name.to_string(),
                     owner: state.hold.field.to_string(),
@@ -295,8 +285,15 @@ impl GuardState {
                     },
                 }
             }
-            GuardKind::Lease { .. } => {
+            GuardKind::Lease { expires } => {
                 inner.fixed.remove(&self.hold.name, &self.hold.field);
+                if Instant::now() >= *expires {
+                    // The lease ran out: what the hash still counts for this field may be
+                    // a newer hold of the same owner, which a release must not touch.
+                    return Step::Lost {
+                        sweep: self.sweepable(),
+                    };
+                }
                 Step::Send {
                     holds: 1,
                     keep: wd

@@ -517,3 +517,34 @@ async fn a_lock_taken_right_after_a_drop_gets_its_own_lease() {
         assert!(matches!(g.unlock().await, Err(Error::LeaseLost { .. })));
     }
 }
+
+/// A fixed-lease guard whose lease ran out, unlocked or dropped after the same owner took
+/// the lock again: the newer hold is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_guard_leaves_a_newer_hold_of_its_owner_alone() {
+    let s = RedisServer::start();
+    let c = client_with(&s.url(), Duration::from_secs(5), Duration::from_secs(1)).await;
+    let other = client_with(&s.url(), Duration::from_secs(5), Duration::from_secs(1)).await;
+    let lock = c.lock("edge:newer");
+    for (round, by_drop) in [(0, false), (1, true)] {
+        let old = lock
+            .lock_with_lease(Duration::from_millis(100))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let newer = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
+        if by_drop {
+            drop(old);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        } else {
+            assert!(matches!(old.unlock().await, Err(Error::LeaseLost { .. })));
+        }
+        assert_eq!(
+            s.cmd::<i64>(&["EXISTS", "edge:newer"]),
+            1,
+            "round {round}: the newer hold was released"
+        );
+        assert!(other.lock("edge:newer").try_lock().await.unwrap().is_none());
+        newer.unlock().await.unwrap();
+    }
+}
