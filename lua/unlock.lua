@@ -53,8 +53,10 @@ if ARGV[8] ~= '' then
         end
     end
     if token then
-        redis.call('del', KEYS[1])
+        -- The new holder's field first: if ACL refuses a write here, the lock is left
+        -- as it was rather than deleted with nobody told.
         redis.call('hset', KEYS[1], ARGV[8], 1)
+        redis.call('hdel', KEYS[1], ARGV[3])
         redis.call('pexpire', KEYS[1], ARGV[9])
         -- Only this latch tells a retry that the hand-over happened: the next holder's
         -- field could also have been written by an acquire of its own still in flight.

@@ -26,7 +26,7 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// .await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Deployment {
     /// One server (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS with
@@ -49,6 +49,32 @@ pub enum Deployment {
         /// URLs of one or more cluster nodes.
         nodes: Vec<String>,
     },
+}
+
+// URLs may carry a password; a Debug print ends up in logs.
+impl std::fmt::Debug for Deployment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let masked =
+            |urls: &[String]| -> Vec<String> { urls.iter().map(|u| without_password(u)).collect() };
+        match self {
+            Deployment::Single { url } => f
+                .debug_struct("Single")
+                .field("url", &without_password(url))
+                .finish(),
+            Deployment::Sentinel {
+                sentinels,
+                master_name,
+            } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", &masked(sentinels))
+                .field("master_name", master_name)
+                .finish(),
+            Deployment::Cluster { nodes } => f
+                .debug_struct("Cluster")
+                .field("nodes", &masked(nodes))
+                .finish(),
+        }
+    }
 }
 
 /// Whether writes wait for replicas (Redisson's `checkLockSyncedSlaves`).
@@ -204,4 +230,19 @@ pub(crate) fn check_lease(lease: Duration) -> Result<()> {
         });
     }
     check_duration("lease", lease)
+}
+
+/// `url` with the password of its user info (`scheme://user:password@host`) masked, for
+/// error messages that end up in logs.
+pub(crate) fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_string(),
+    }
 }

@@ -64,8 +64,10 @@ pub enum Error {
         owner: String,
     },
 
-    /// The watchdog found the lock gone or owned by someone else; this guard no longer
-    /// protects anything.
+    /// This guard's hold is known lost (see `LockGuard::is_lost`): found gone or taken
+    /// over, or its confirmed (or fixed) lease ran out by the clock. It no longer
+    /// protects anything. Also what [`Lock::run`](crate::Lock::run) returns when the lock
+    /// was lost during its work.
     #[error("lock `{name}` was lost while held (lease expired or taken over)")]
     LeaseLost {
         /// The lock's name.
@@ -109,7 +111,8 @@ pub enum Error {
 
     /// The fencing token counter of a lock holds something that is not a
     /// non-negative integer (or is not a string at all), so no token can be issued.
-    /// Nothing was changed: the lock was not taken. Fix or delete the counter; deleting
+    /// No hold was taken (a negative counter was incremented by the attempt, nothing
+    /// else was written). Fix or delete the counter; deleting
     /// it restarts tokens from 1, which a fenced resource will refuse until they pass
     /// the highest it has seen.
     #[error("fencing token counter `{key}` is corrupt (not a non-negative integer); the lock was not taken")]
@@ -118,8 +121,9 @@ pub enum Error {
         key: String,
     },
 
-    /// The client was shut down ([`Client::shutdown`](crate::Client::shutdown)): it
-    /// takes no lock any more, and its waiters left with this error.
+    /// The client was shut down ([`Client::shutdown`](crate::Client::shutdown)): its
+    /// waiters left with this error, and every method of its locks and guards answers
+    /// with it from then on.
     #[error("the client was shut down")]
     Closed,
 

@@ -179,7 +179,8 @@ impl LockGuard {
     ///
     /// - [`Error::LeaseLost`]: the guard already knew it was lost
     ///   ([`is_lost`](Self::is_lost): found gone by the watchdog, its confirmed or fixed
-    ///   lease ran out by the clock, or a force unlock of this client). Whatever Redis
+    ///   lease ran out by the clock, or a force unlock of this client for a watchdog
+    ///   guard). Whatever Redis
     ///   may still keep of this hold (a renewal that landed after the client gave up on
     ///   the lease) is released all the same, unless another hold or request of the same
     ///   owner uses the field.

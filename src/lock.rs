@@ -79,7 +79,9 @@ impl Lock {
         &self.target.name
     }
 
-    /// The lock's pub/sub channel, `redisson_lock__channel:{<name>}`.
+    /// The lock's pub/sub channel: `redisson_lock__channel:{<name>}`, or
+    /// `redisson_lock__channel:<name>` when the name carries its own hash tag
+    /// (`docs/protocol.md` 1.4).
     pub fn channel(&self) -> &str {
         &self.target.channel
     }
@@ -359,13 +361,17 @@ impl Lock {
     }
 
     /// Deletes the lock whoever holds it, and wakes its waiters (Redisson's
-    /// `forceUnlock`). Returns whether a lock was deleted. Guards of this client on this
-    /// name report [`lost`](LockGuard::lost).
+    /// `forceUnlock`). Returns whether a lock was deleted. Watchdog guards of this client
+    /// on this name report [`lost`](LockGuard::lost) at once; fixed-lease guards learn of
+    /// it when their lease ends (an `unlock()` before that answers `NotHeld`).
     ///
     /// # Errors
     ///
-    /// Name errors as for [`lock`](Self::lock); [`Error::PermissionDenied`] when ACL
-    /// forbids the publish (nothing is deleted then); transient errors as they come.
+    /// Name errors as for [`lock`](Self::lock); [`Error::WrongType`] when the key is not
+    /// a lock hash (it is left as it is: Redisson's `forceUnlock` would delete it);
+    /// [`Error::PermissionDenied`] when ACL forbids the publish (nothing is deleted then);
+    /// [`Error::Closed`] after [`Client::shutdown`](crate::Client::shutdown); transient
+    /// errors as they come.
     ///
     /// # Cancel safety
     ///

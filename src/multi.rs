@@ -180,9 +180,10 @@ impl RedLock {
         self.round(Some(lease)).await
     }
 
-    /// Tries for at most `wait`. `Ok(None)` when no majority granted it in time.
-    /// Errors of single masters count as refusals; an error is returned only when
-    /// every master failed with one.
+    /// Tries for at most `wait`. `Ok(None)` when no majority granted it in time. A round
+    /// in progress at the deadline finishes first (each master's attempt is bounded by a
+    /// tenth of the lease, at least 50 ms). Errors of single masters count as refusals;
+    /// an error is returned only when every master failed with one.
     ///
     /// # Errors
     ///

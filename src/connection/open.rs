@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, RedisError};
 
-use crate::config::{Config, TlsSettings};
+use crate::config::{without_password, Config, TlsSettings};
 use crate::error::{Error, Result};
 
 pub(crate) fn manager_config(config: &Config) -> ConnectionManagerConfig {
@@ -23,21 +23,6 @@ pub(crate) fn manager_config(config: &Config) -> ConnectionManagerConfig {
 
 fn bad_url(url: &str, e: RedisError) -> Error {
     Error::InvalidConfig(format!("bad Redis URL `{}`: {e}", without_password(url)))
-}
-
-/// `url` with the password of its user info (`scheme://user:password@host`) masked, for
-/// error messages that end up in logs.
-fn without_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    match rest.split_once('@') {
-        Some((userinfo, host)) if userinfo.contains(':') => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***@{host}")
-        }
-        _ => url.to_string(),
-    }
 }
 
 /// A client for `url` with the client's TLS settings. Every connection the crate opens
