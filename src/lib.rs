@@ -58,6 +58,7 @@ mod janitor;
 mod lock;
 mod multi;
 mod pubsub;
+mod query;
 mod raw;
 mod release;
 mod scripts;

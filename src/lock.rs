@@ -86,6 +86,10 @@ impl Lock {
         &self.target.channel
     }
 
+    pub(crate) fn target(&self) -> &Target {
+        &self.target
+    }
+
     pub(crate) fn client_id(&self) -> &str {
         &self.target.inner.id
     }
@@ -390,103 +394,6 @@ impl Lock {
             raw::force_release(&inner.conn, &self.target.name, &self.target.channel).await?;
         tracing::debug!(lock = %self.target.name, deleted, "force unlock");
         Ok(deleted)
-    }
-
-    /// Whether anyone holds the lock now. One round trip, bounded by the response
-    /// timeout.
-    ///
-    /// # Errors
-    ///
-    /// Name errors as for [`lock`](Self::lock); transient errors as they come.
-    ///
-    /// # Panics
-    ///
-    /// Panics if polled outside a tokio runtime with the time driver enabled.
-    pub async fn is_locked(&self) -> Result<bool> {
-        self.target.check_name()?;
-        self.target.inner().check_open()?;
-        let reply = raw::query(
-            &self.target.inner().conn,
-            &self.target.name,
-            redis::cmd("EXISTS").arg(&*self.target.name).clone(),
-        )
-        .await?;
-        Ok(reply == redis::Value::Int(1))
-    }
-
-    /// Whether the calling task (or thread) holds the lock.
-    ///
-    /// # Errors
-    ///
-    /// As [`hold_count`](Self::hold_count).
-    ///
-    /// # Panics
-    ///
-    /// Panics if polled outside a tokio runtime with the time driver enabled.
-    pub async fn is_held_by_current_task(&self) -> Result<bool> {
-        Ok(self.hold_count().await? > 0)
-    }
-
-    /// How many holds the calling task (or thread) has on the lock; 0 if none. This is
-    /// the hash's count plus the watchdog re-entries this client keeps locally.
-    ///
-    /// # Errors
-    ///
-    /// Name errors as for [`lock`](Self::lock); [`Error::WrongType`] when the key is
-    /// not a lock hash; transient errors as they come.
-    ///
-    /// # Panics
-    ///
-    /// Panics if polled outside a tokio runtime with the time driver enabled.
-    pub async fn hold_count(&self) -> Result<u32> {
-        self.target.check_name()?;
-        self.target.inner().check_open()?;
-        let (_, field) = self.target.current_field();
-        let local = self
-            .target
-            .inner()
-            .watchdog
-            .local_holds(&self.target.name, &field);
-        let reply = raw::query(
-            &self.target.inner().conn,
-            &self.target.name,
-            redis::cmd("HGET")
-                .arg(&*self.target.name)
-                .arg(&*field)
-                .clone(),
-        )
-        .await?;
-        let remote = redis::from_redis_value::<Option<u32>>(reply)
-            .map_err(|e| Error::Redis(e.into()))?
-            .unwrap_or(0);
-        Ok(if remote == 0 { 0 } else { remote + local })
-    }
-
-    /// Time until the lock expires: `None` when it is not locked. A key without expiry
-    /// (not written by a lease lock) reports `Duration::MAX`.
-    ///
-    /// # Errors
-    ///
-    /// Name errors as for [`lock`](Self::lock); transient errors as they come.
-    ///
-    /// # Panics
-    ///
-    /// Panics if polled outside a tokio runtime with the time driver enabled.
-    pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        self.target.check_name()?;
-        self.target.inner().check_open()?;
-        let reply = raw::query(
-            &self.target.inner().conn,
-            &self.target.name,
-            redis::cmd("PTTL").arg(&*self.target.name).clone(),
-        )
-        .await?;
-        let ms: i64 = redis::from_redis_value(reply).map_err(|e| Error::Redis(e.into()))?;
-        Ok(match ms {
-            -2 => None,
-            ms if ms < 0 => Some(Duration::MAX),
-            ms => Some(Duration::from_millis(ms as u64)),
-        })
     }
 }
 
