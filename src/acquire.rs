@@ -43,8 +43,7 @@ impl Target {
         lease: Option<Duration>,
         wait: Wait,
     ) -> Result<Option<LockGuard>> {
-        self.check_name()?;
-        self.inner().check_open()?;
+        self.check_usable()?;
         if let Some(l) = lease {
             check_lease(l)?;
         }

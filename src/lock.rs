@@ -386,8 +386,7 @@ impl Lock {
     ///
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn force_unlock(&self) -> Result<bool> {
-        self.target.check_name()?;
-        self.target.inner().check_open()?;
+        self.target.check_usable()?;
         let inner = self.target.inner();
         inner.watchdog.forget_name(&self.target.name);
         let deleted =

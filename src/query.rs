@@ -18,8 +18,7 @@ impl Lock {
     ///
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn is_locked(&self) -> Result<bool> {
-        self.target().check_name()?;
-        self.target().inner().check_open()?;
+        self.target().check_usable()?;
         let reply = raw::query(
             &self.target().inner().conn,
             &self.target().name,
@@ -54,8 +53,7 @@ impl Lock {
     ///
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn hold_count(&self) -> Result<u32> {
-        self.target().check_name()?;
-        self.target().inner().check_open()?;
+        self.target().check_usable()?;
         let (_, field) = self.target().current_field();
         let local = self
             .target()
@@ -88,8 +86,7 @@ impl Lock {
     ///
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        self.target().check_name()?;
-        self.target().inner().check_open()?;
+        self.target().check_usable()?;
         let reply = raw::query(
             &self.target().inner().conn,
             &self.target().name,

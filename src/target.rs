@@ -33,7 +33,14 @@ impl Target {
         }
     }
 
-    pub(crate) fn check_name(&self) -> Result<()> {
+    /// The name is usable here and the client is not shut down: checked before any call
+    /// of a lock sends anything.
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        self.check_name()?;
+        self.inner.check_open()
+    }
+
+    fn check_name(&self) -> Result<()> {
         if self.name.is_empty() {
             return Err(Error::EmptyName);
         }

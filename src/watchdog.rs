@@ -143,6 +143,13 @@ impl Watchdog {
     /// that runtime has shut down and the caller runs on another, the timer moves there
     /// first, so that locks taken from now on are renewed.
     pub(crate) fn home(&self) -> Handle {
+        self.ensure_timer();
+        self.shared.home.lock().clone()
+    }
+
+    /// Restarts the timer on the caller's runtime if its own runtime shut down; one
+    /// atomic load when it runs.
+    fn ensure_timer(&self) {
         let shared = &self.shared;
         if !shared.timer_alive.load(Ordering::SeqCst) && !shared.stopped.load(Ordering::SeqCst) {
             if let Ok(current) = Handle::try_current() {
@@ -157,7 +164,6 @@ impl Watchdog {
                 }
             }
         }
-        shared.home.lock().clone()
     }
 
     /// Records one more watchdog hold of `(name, field)`, taken in Redis by a request sent
@@ -171,7 +177,7 @@ impl Watchdog {
     ) -> Arc<WatchEntry> {
         let until = sent_at + self.shared.lease;
         // A timer stopped with its runtime would never renew this hold.
-        self.home();
+        self.ensure_timer();
         let mut slots = self.shared.slots.lock();
         let slot = slots
             .entry((name.clone(), field.clone()))
