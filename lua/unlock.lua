@@ -56,7 +56,12 @@ if ARGV[8] ~= '' then
         -- The new holder's field first: if ACL refuses a write here, the lock is left
         -- as it was rather than deleted with nobody told.
         redis.call('hset', KEYS[1], ARGV[8], 1)
-        redis.call('hdel', KEYS[1], ARGV[3])
+        -- The next holder may be this very field: a hold given back in the background
+        -- (a cancelled acquire's grant) while a later call of the same task sleeps on the
+        -- name. The field then stays, with one hold, for that call.
+        if ARGV[8] ~= ARGV[3] then
+            redis.call('hdel', KEYS[1], ARGV[3])
+        end
         redis.call('pexpire', KEYS[1], ARGV[9])
         -- Only this latch tells a retry that the hand-over happened: the next holder's
         -- field could also have been written by an acquire of its own still in flight.

@@ -247,6 +247,44 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
     assert_eq!(s.calls("publish"), 0);
 }
 
+#[test]
+fn a_hand_over_to_the_releasing_field_itself_keeps_its_hold() {
+    // A cancelled acquire's grant is given back in the background while a later call of
+    // the same task sleeps on the name: the unlock then hands the lock to the field it
+    // releases. The field must stay, with one hold and the new lease.
+    let s = RedisServer::start();
+    let mut conn = s.conn();
+    let _: () = s.cmd(&["HSET", "ho-self", "c:1", "1"]);
+    let reply: redis::Value = redis::Script::new(include_str!("../lua/unlock.lua"))
+        .key("ho-self")
+        .key(redis_rlock::protocol::channel_name("ho-self"))
+        .key("redisson_unlock_latch:{ho-self}:r1")
+        .key(redis_rlock::protocol::token_key("ho-self"))
+        .arg("0")
+        .arg(0)
+        .arg("c:1")
+        .arg(10_000)
+        .arg("publish")
+        .arg(1)
+        .arg("0")
+        .arg("c:1")
+        .arg(5_000)
+        .arg("0")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(
+        reply,
+        redis::Value::Array(vec![redis::Value::Int(2), redis::Value::Int(0)])
+    );
+    assert_eq!(
+        s.cmd::<Option<i64>>(&["HGET", "ho-self", "c:1"]),
+        Some(1),
+        "the hand-over deleted the hold it granted"
+    );
+    let pttl = s.cmd::<i64>(&["PTTL", "ho-self"]);
+    assert!(pttl > 0 && pttl <= 5_000, "the next holder's lease: {pttl}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unlock_retried_after_a_late_reply_hands_over_once() {
     let s = RedisServer::start();
