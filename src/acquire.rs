@@ -11,9 +11,10 @@ use crate::attempt::Tried;
 use crate::config::check_lease;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::handover::{Waiter, Woke};
+use crate::handover::Waiter;
 use crate::identity::OwnerId;
 use crate::pubsub::Subscription;
+use crate::queue::Woke;
 use crate::release::release_detached;
 use crate::services::ClientInner;
 use crate::target::{Hold, Target};
@@ -68,10 +69,7 @@ impl Target {
         if let Wait::Until(deadline) = wait {
             let inner = self.inner();
             let handover = &inner.handover;
-            let holder = || {
-                inner.watchdog.is_registered(&self.name, &field)
-                    || inner.fixed.holds(&self.name, &field)
-            };
+            let holder = || inner.table.holds(&self.name, &field);
             if let Some(until) = handover.held_back(&self.name) {
                 // This client just ended a run of hand-overs on the name: the waiters
                 // the release woke (in other clients too) go first.

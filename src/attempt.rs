@@ -14,6 +14,7 @@ use crate::inflight::Completing;
 use crate::raw::{self, Attempt};
 use crate::release::release_hold;
 use crate::services::ClientInner;
+use crate::table::{Begin, InFlightGuard};
 use crate::target::{Hold, Target, ATTEMPTS};
 
 /// What one acquire attempt found.
@@ -41,22 +42,21 @@ impl Target {
         adopt: bool,
     ) -> Result<Tried> {
         let inner = self.inner().clone();
-        // What the client knows of this field's holds is only settled once its earlier
-        // requests are (see `InFlight`).
-        if inner.inflight.busy(&self.name, field) {
-            // Boxed: rarely taken, and every waiting task carries this future.
-            Box::pin(
-                inner
-                    .inflight
-                    .settled(&self.name, field, inner.offer_bound()),
-            )
-            .await;
-        }
         let hold = self.hold(field);
-        let registered = match lease {
-            // A fenced re-entry draws a token of its own in Redis, as Redisson's does.
-            None if !self.fenced => match inner.watchdog.reenter(&self.name, field) {
-                Ok(entry) => {
+        // A fenced re-entry draws a token of its own in Redis, as Redisson's does.
+        let reenter = lease.is_none() && !self.fenced;
+        let mut waited = false;
+        let (fresh, in_flight) = loop {
+            match inner
+                .table
+                .begin_acquire(&self.name, field, reenter, waited)
+            {
+                Begin::Wait => {
+                    // Boxed: rarely taken, and every waiting task carries this future.
+                    Box::pin(inner.table.settled(&self.name, field, inner.offer_bound())).await;
+                    waited = true;
+                }
+                Begin::Reentered(entry) => {
                     tracing::debug!(token = entry.token, "re-entered a held lock locally");
                     let token = entry.token;
                     return Ok(Tried::Held(self.guard(
@@ -66,17 +66,15 @@ impl Target {
                         GuardKind::Watchdog(entry),
                     )));
                 }
-                Err(registered) => registered,
-            },
-            _ => inner.watchdog.is_registered(&self.name, field),
+                Begin::Send { fresh, in_flight } => break (fresh, in_flight),
+            }
         };
         let effective = lease.unwrap_or(inner.config.watchdog_timeout);
-        let fresh = !registered && !inner.fixed.holds(&self.name, field);
-        let in_flight = inner.inflight.begin(&self.name, field);
         let request = {
             let (inner, hold) = (inner.clone(), hold.clone());
-            async move {
-                let _in_flight = in_flight;
+            // The field stays in flight until the outcome is settled: through an undo
+            // of the grant too, in the background if the caller left.
+            let outcome = async move {
                 let latch = raw::acquire_latch_key(&hold.name, &raw::request_id());
                 let mut call = raw::AcquireCall {
                     name: &hold.name,
@@ -137,17 +135,20 @@ impl Target {
                         }
                     }
                 }
-            }
+            };
+            async move { (outcome.await, in_flight) }
         };
         let orphan = {
             let (inner, hold) = (inner.clone(), hold.clone());
-            move |outcome: Result<(Attempt, Instant)>| async move {
+            move |(outcome, in_flight): (Result<(Attempt, Instant)>, InFlightGuard)| async move {
+                let _in_flight = in_flight;
                 if let Ok((Attempt::Acquired { .. }, _)) = outcome {
                     undo_grant(&inner, &hold).await;
                 }
             }
         };
-        let (outcome, sent) = Completing::new(inner.spawner(), request, orphan).await?;
+        let (outcome, in_flight) = Completing::new(inner.spawner(), request, orphan).await;
+        let (outcome, sent) = outcome?;
         match outcome {
             Attempt::Busy(ttl) => Ok(Tried::Busy(ttl)),
             Attempt::Acquired { .. } if sent + effective <= Instant::now() => {
@@ -155,7 +156,6 @@ impl Target {
                 // or this future was not polled): the lock may be someone else's by now,
                 // and a guard would be lost on arrival. What is left of the hold goes.
                 tracing::debug!(lease = ?effective, "grant arrived after its lease ran out");
-                let in_flight = inner.inflight.begin(&self.name, field);
                 let undo = {
                     let inner = inner.clone();
                     async move {
@@ -192,7 +192,7 @@ impl Target {
                 token,
             )),
             Some(l) => {
-                inner.fixed.add(&self.name, &hold.field);
+                inner.table.add_fixed(&self.name, &hold.field);
                 GuardKind::Lease { expires: sent + l }
             }
         };
@@ -215,8 +215,8 @@ impl Target {
 /// Gives back one hold taken by an acquire whose caller will not use it.
 pub(crate) async fn undo_grant(inner: &Arc<ClientInner>, hold: &Hold) {
     let keep = inner
-        .watchdog
-        .is_registered(&hold.name, &hold.field)
+        .table
+        .watched(&hold.name, &hold.field)
         .then(|| inner.watchdog.lease());
     let undo = release_hold(inner, hold, keep, 1).await;
     tracing::debug!(lock = %hold.name, ?undo, "released a hold nobody will use");

@@ -19,6 +19,7 @@ use crate::janitor::Janitor;
 use crate::lock::Lock;
 use crate::pubsub::PubSubHub;
 use crate::services::ClientInner;
+use crate::table::Table;
 use crate::watchdog::Watchdog;
 
 /// Builds a [`Client`] with non-default settings.
@@ -251,11 +252,13 @@ impl ClientBuilder {
             },
         }
         let id = Uuid::new_v4().to_string();
-        let watchdog = Watchdog::start(conn.clone(), &config, &runtime, &background);
+        let table = Arc::new(Table::new(config.watchdog_timeout, config.handover_window));
+        let watchdog = Watchdog::start(conn.clone(), &config, &runtime, &background, table.clone());
         let pubsub =
             PubSubHub::start(&self.deployment, &conn, &config, &runtime, &background).await?;
         let janitor = Janitor::start(conn.clone(), &runtime, &background);
         let handover = Arc::new(crate::handover::Handover::new(
+            table.clone(),
             config.handover_limit,
             config.handover_window,
         ));
@@ -268,9 +271,8 @@ impl ClientBuilder {
                 watchdog,
                 pubsub,
                 janitor,
-                fixed: Default::default(),
+                table,
                 handover,
-                inflight: Default::default(),
                 background,
                 closed: Signal::default(),
             }),

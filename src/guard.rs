@@ -2,19 +2,18 @@
 //! it gives the hold back (unlock or drop).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::identity::OwnerId;
-use crate::inflight::{Completing, InFlightGuard};
+use crate::inflight::Completing;
 use crate::raw::Release;
 use crate::release::release_hold;
 use crate::services::ClientInner;
+use crate::table::{Handback, InFlightGuard, WatchEntry};
 use crate::target::{Hold, Target};
-use crate::watchdog::{Released, WatchEntry};
 
 pub(crate) enum GuardKind {
     /// Renewed by the watchdog; lost when the watchdog says so.
@@ -209,7 +208,7 @@ impl LockGuard {
             tracing::debug_span!("release", lock = %state.hold.name, owner = %state.hold.field);
         async move {
             let (holds, keep) = match state.begin_release() {
-                Step::Lost { sweep } => {
+                Handback::Lost { sweep } => {
                     if let Some(in_flight) = sweep {
                         let inner = state.target.inner.clone();
                         let outcome = sweep_lost(inner, state.hold.clone(), in_flight).await;
@@ -219,11 +218,11 @@ impl LockGuard {
                         name: state.hold.name.to_string(),
                     });
                 }
-                Step::Local => {
+                Handback::Local => {
                     tracing::debug!("released a local re-entry");
                     return Ok(());
                 }
-                Step::Send { holds, keep } => (holds, keep),
+                Handback::Send { holds, keep } => (holds, keep),
             };
             let inner = state.target.inner.clone();
             let request = {
@@ -249,74 +248,26 @@ impl LockGuard {
     }
 }
 
-/// What releasing one guard leaves to do.
-enum Step {
-    /// Another guard of the same watchdog hold remains: nothing to send.
-    Local,
-    /// The hold is known lost. `sweep`: no other request or hold of this client has the
-    /// field, so whatever Redis still keeps under it is this lost hold's (a renewal
-    /// that landed after the client gave up on the lease), and is deleted.
-    Lost { sweep: Option<InFlightGuard> },
-    /// Give back `holds` of the hash's count, setting `keep` as lease if holds remain.
-    Send { holds: u32, keep: Option<Duration> },
-}
-
 impl GuardState {
     /// Deregisters this hold, synchronously, before anything is sent, so that no renewal
     /// is scheduled after the unlock.
-    fn begin_release(&self) -> Step {
+    fn begin_release(&self) -> Handback {
         let inner = &self.target.inner;
-        let wd = &inner.watchdog;
         match &self.kind {
             GuardKind::Watchdog(entry) => {
-                let lost = wd.check_lost(entry);
-                match wd.release(entry) {
-                    Released::Kept if !lost => Step::Local,
-                    // Fixed-lease holds may remain: their lease stays as the watchdog left it.
-                    Released::Last { remote } if !lost => Step::Send {
-                        holds: remote,
-                        keep: None,
-                    },
-                    Released::Partial if !lost => Step::Send {
-                        holds: 1,
-                        keep: Some(wd.lease()),
-                    },
-                    _ => Step::Lost {
-                        sweep: self.sweepable(),
-                    },
-                }
+                let lost = inner.watchdog.check_lost(entry);
+                inner.table.release_watched(entry, lost)
             }
-            GuardKind::Lease { expires } => {
-                inner.fixed.remove(&self.hold.name, &self.hold.field);
-                if Instant::now() >= *expires {
-                    // The lease ran out: what the hash still counts for this field may be
-                    // a newer hold of the same owner, which a release must not touch.
-                    return Step::Lost {
-                        sweep: self.sweepable(),
-                    };
-                }
-                Step::Send {
-                    holds: 1,
-                    keep: wd
-                        .is_registered(&self.hold.name, &self.hold.field)
-                        .then(|| wd.lease()),
-                }
-            }
+            GuardKind::Lease { expires } => inner.table.release_fixed(
+                &self.hold.name,
+                &self.hold.field,
+                Instant::now() >= *expires,
+            ),
         }
-    }
-
-    /// Claims the field for a sweep if nothing else of this client uses it now.
-    fn sweepable(&self) -> Option<InFlightGuard> {
-        let inner = &self.target.inner;
-        let (name, field) = (&self.hold.name, &self.hold.field);
-        let unused = !inner.watchdog.is_registered(name, field)
-            && !inner.fixed.holds(name, field)
-            && !inner.inflight.busy(name, field);
-        unused.then(|| inner.inflight.begin(name, field))
     }
 }
 
-/// Deletes whatever is left under the field of a lost hold (see [`Step::Lost`]).
+/// Deletes whatever is left under the field of a lost hold (see [`Handback::Lost`]).
 async fn sweep_lost(
     inner: Arc<ClientInner>,
     hold: Hold,
@@ -340,8 +291,8 @@ impl Drop for LockGuard {
             return;
         }
         let (holds, keep) = match state.begin_release() {
-            Step::Send { holds, keep } => (holds, keep),
-            Step::Lost {
+            Handback::Send { holds, keep } => (holds, keep),
+            Handback::Lost {
                 sweep: Some(in_flight),
             } => {
                 let inner = state.target.inner.clone();
@@ -351,13 +302,13 @@ impl Drop for LockGuard {
                 });
                 return;
             }
-            Step::Local | Step::Lost { sweep: None } => return,
+            Handback::Local | Handback::Lost { sweep: None } => return,
         };
         let inner = state.target.inner.clone();
         // In flight from the drop itself, not from the errand's first poll: an acquire
-        // of the same owner right after the drop waits for this release (see `InFlight`)
+        // of the same owner right after the drop waits for this release (see `InFlightGuard`)
         // instead of re-entering the hold it is about to give back.
-        let in_flight = inner.inflight.begin(&state.hold.name, &state.hold.field);
+        let in_flight = inner.table.begin(&state.hold.name, &state.hold.field);
         inner.clone().spawner().errand(async move {
             let _in_flight = in_flight;
             let r = release_hold(&inner, &state.hold, keep, holds).await;

@@ -5,8 +5,9 @@
 //! message, and the next waiter's acquire. With it, the unlock script writes the next
 //! holder's field itself (`docs/protocol.md`, 2.2), and the unlock's reply is the grant.
 //!
-//! Each client keeps, per lock name, the tasks that sleep waiting for it (a [`Ticket`]
-//! each, ordered by when they first waited, so hand-over is FIFO). An unlock takes the
+//! The client's table keeps, per lock name, the tasks that sleep waiting for it (a
+//! [`Ticket`] each, ordered by when they first waited, so hand-over is FIFO; see
+//! [`crate::queue`]). An unlock takes the
 //! oldest sleeping ticket and marks it offered; from then on that waiter sends nothing
 //! itself and only waits for the outcome, so the script's grant cannot meet an acquire of
 //! its own. A run of hand-overs on a name ends after `limit` of them or `window` after its
@@ -21,7 +22,6 @@
 //! lease is a grant whose waiter stopped waiting for it because the unlock's future was
 //! not polled for longer than the unlock's own timeouts ([`Waiter::abandon_offer`]).
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +29,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use crate::queue::{Grant, Offer, Queue, State, Ticket, Woke};
+use crate::table::Table;
 
 /// Default for [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit):
 /// hand-overs in a row on one name.
@@ -38,167 +41,44 @@ pub const DEFAULT_HANDOVER_LIMIT: u32 = 256;
 /// how long a run of hand-overs on one name may last.
 pub const DEFAULT_HANDOVER_WINDOW: Duration = Duration::from_millis(5);
 
-/// Where one waiter's ticket stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
-    /// Not offered; the waiter may send its own acquires.
-    Free,
-    /// An unlock carrying this waiter as next holder is in flight.
-    Offered,
-    /// The unlock handed the lock over: `token`, lease counted from `sent`.
-    Granted(Grant),
-    /// The unlock failed after it may have run: the waiter may hold the lock without
-    /// knowing it, so its next acquire asks Redis to adopt such a hold (the retry branch
-    /// of `lua/acquire.lua`) instead of taking a second one.
-    Unsure,
-    /// The waiter left; a grant arriving now is the unlocker's to release.
-    Gone,
-    /// The waiter stopped waiting for an offer that was not settled in time (see
-    /// [`Waiter::abandon_offer`]); a grant arriving now is left to expire by its lease.
-    Abandoned,
-}
-
-/// A hold written by the unlock script for a waiter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Grant {
-    pub(crate) token: u64,
-    /// When the unlock that granted it was sent; the lease runs from no earlier.
-    pub(crate) sent: Instant,
-}
-
-/// One sleeping waiter, as the unlocking side sees it.
-pub(crate) struct Ticket {
-    /// The waiter's holder field, written into the hash on hand-over.
-    pub(crate) field: Arc<str>,
-    /// The lease the waiter asked for (the watchdog timeout for watchdog locks).
-    pub(crate) lease: Duration,
-    /// The waiter's lock is fenced: its grant must draw a token.
-    pub(crate) fenced: bool,
-    seq: u64,
-    state: Mutex<State>,
-    changed: Notify,
-}
-
-impl Ticket {
-    /// Gives the hold to the waiter. `false` if the waiter has left: the caller then
-    /// owns the hold and must release it.
-    pub(crate) fn deliver(&self, grant: Grant) -> bool {
-        let mut s = self.state.lock();
-        let delivered = match *s {
-            State::Offered => {
-                *s = State::Granted(grant);
-                true
-            }
-            // Too late to tell whether a release by field would hit this grant or a
-            // later hold of the same task: the grant runs out by its lease instead.
-            State::Abandoned => true,
-            _ => false,
-        };
-        drop(s);
-        self.changed.notify_one();
-        delivered
-    }
-
-    /// The unlock did not hand over (holds remained, or nothing was held): the waiter
-    /// goes back to acquiring on its own.
-    pub(crate) fn revert(&self) {
-        self.settle(State::Free);
-    }
-
-    /// The unlock failed, and may have handed over before it did (see `State::Unsure`).
-    /// A waiter that has left by now may hold a lock it never learns of: that hold ends
-    /// with its lease.
-    pub(crate) fn unsure(&self) {
-        self.settle(State::Unsure);
-    }
-
-    fn settle(&self, to: State) {
-        let mut s = self.state.lock();
-        if *s == State::Offered {
-            *s = to;
-        }
-        drop(s);
-        self.changed.notify_one();
-    }
-}
-
-#[derive(Default)]
-struct Queue {
-    /// Sleeping, not offered, by first-wait order.
-    sleeping: BTreeMap<u64, Arc<Ticket>>,
-    /// Hand-overs in a row on this name since the last published release.
-    streak: u32,
-    /// When the first of them was made.
-    streak_began: Option<Instant>,
-    /// After this client ended a streak with a published release: until then its own
-    /// new acquires of the name hold back, so that the waiters the message wakes, here
-    /// and in other clients, race on equal terms with the task that just released.
-    yield_until: Option<Instant>,
-    /// When the current holder's lease ends, as the latest busy reply to a waiter here
-    /// said. A task that finds others asleep here waits behind them until then at most,
-    /// without asking Redis what they already know.
-    holder_until: Option<Instant>,
-}
-
-impl Queue {
-    /// Nothing left worth keeping: nobody asleep, no run of hand-overs still counting,
-    /// no hold-back in force.
-    fn idle(&self, now: Instant, window: Duration) -> bool {
-        self.sleeping.is_empty()
-            && self.yield_until.is_none_or(|u| u <= now)
-            && (self.streak == 0 || self.streak_began.is_none_or(|t| t + window <= now))
-    }
-}
-
-/// What an unlock should do with the lock on a full release.
-pub(crate) enum Offer {
-    /// Hand it to this waiter.
-    To(Arc<Ticket>),
-    /// Publish: this client has nobody waiting.
-    Publish,
-    /// Publish, ending a streak of hand-overs while this client still has waiters.
-    EndStreak,
-}
-
-/// The per-client registry of sleeping waiters.
+/// The hand-over policy of one client, over the queues of its table.
 pub(crate) struct Handover {
+    table: Arc<Table>,
     limit: u32,
     window: Duration,
     /// Leaves since the last sweep of idle entries.
     leaves: AtomicU64,
     next_seq: AtomicU64,
-    queues: Mutex<HashMap<Arc<str>, Queue>>,
 }
 
 impl Handover {
-    pub(crate) fn new(limit: u32, window: Duration) -> Handover {
+    pub(crate) fn new(table: Arc<Table>, limit: u32, window: Duration) -> Handover {
         Handover {
+            table,
             limit,
             window,
             leaves: AtomicU64::new(0),
             next_seq: AtomicU64::new(0),
-            queues: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The oldest sleeping waiter of `name`, now marked offered, unless nobody sleeps or
+    /// The oldest sleeping waiter of `name`, now marked offered (see [`pick`](Self::pick)).
+    #[cfg(test)]
+    pub(crate) fn offer(&self, name: &str) -> Offer {
+        let name: Arc<str> = name.into();
+        self.table
+            .with_queue(&name, |q| self.pick(q))
+            .unwrap_or(Offer::Publish)
+    }
+
+    /// The oldest sleeping waiter in `queue`, now marked offered, unless nobody sleeps or
     /// the streak is used up: `limit` hand-overs, or `window` since the first (then this
     /// release is published, and the streak starts again). The count bounds a hot loop;
     /// the window bounds, in time, how long waiters of other clients wait behind ours.
-    pub(crate) fn offer(&self, name: &str) -> Offer {
-        if self.limit == 0 {
-            return Offer::Publish;
-        }
-        let mut queues = self.queues.lock();
-        let Some(queue) = queues.get_mut(name) else {
-            return Offer::Publish;
-        };
-        if queue.sleeping.is_empty() {
-            // A run still counting, or a hold-back, outlives a moment without sleepers.
-            if queue.idle(Instant::now(), self.window) {
-                queues.remove(name);
-            }
-            return Offer::Publish;
+    /// `None`: publish, as if this client had no waiter.
+    pub(crate) fn pick(&self, queue: &mut Queue) -> Option<Offer> {
+        if self.limit == 0 || queue.sleeping.is_empty() {
+            return None;
         }
         let now = Instant::now();
         let expired = queue
@@ -207,35 +87,32 @@ impl Handover {
         if queue.streak >= self.limit || (queue.streak > 0 && expired) {
             queue.streak = 0;
             queue.streak_began = None;
-            return Offer::EndStreak;
+            return Some(Offer::EndStreak);
         }
-        let Some((_, ticket)) = queue.sleeping.pop_first() else {
-            return Offer::Publish;
-        };
+        let (_, ticket) = queue.sleeping.pop_first()?;
         if queue.streak == 0 {
             queue.streak_began = Some(now);
         }
         queue.streak += 1;
         *ticket.state.lock() = State::Offered;
-        Offer::To(ticket)
+        Some(Offer::To(ticket))
     }
 
     /// An offer of `name` was not handed over after all (the release was partial, or
     /// failed): it leaves the streak as it was before.
-    pub(crate) fn withdraw(&self, name: &str) {
-        if let Some(q) = self.queues.lock().get_mut(name) {
+    pub(crate) fn withdraw(&self, name: &Arc<str>) {
+        self.table.with_queue(name, |q| {
             q.streak = q.streak.saturating_sub(1);
             if q.streak == 0 {
                 q.streak_began = None;
             }
-        }
+        });
     }
 
     /// Holds back this client's new acquires of `name` for `period` (see `yield_until`).
-    pub(crate) fn hold_back(&self, name: &str, period: Duration) {
-        if let Some(q) = self.queues.lock().get_mut(name) {
-            q.yield_until = Some(Instant::now() + period);
-        }
+    pub(crate) fn hold_back(&self, name: &Arc<str>, period: Duration) {
+        self.table
+            .with_queue(name, |q| q.yield_until = Some(Instant::now() + period));
     }
 
     /// Whether tasks of this client already sleep waiting for `name`, and until when the
@@ -243,19 +120,22 @@ impl Handover {
     /// of its own: the lock is held (that is why they sleep), and it is handed to them in
     /// order. `None` when nobody sleeps or the known lease has run out.
     pub(crate) fn behind(&self, name: &str) -> Option<Instant> {
-        let queues = self.queues.lock();
-        let q = queues.get(name)?;
-        if q.sleeping.is_empty() {
-            return None;
-        }
-        let until = q.holder_until?;
+        let until = self
+            .table
+            .peek_queue(name, |q| {
+                if q.sleeping.is_empty() {
+                    None
+                } else {
+                    q.holder_until
+                }
+            })
+            .flatten()?;
         (until > Instant::now()).then_some(until)
     }
 
     /// Until when new acquires of `name` hold back, if they do now.
     pub(crate) fn held_back(&self, name: &str) -> Option<Instant> {
-        let queues = self.queues.lock();
-        let until = queues.get(name)?.yield_until?;
+        let until = self.table.peek_queue(name, |q| q.yield_until).flatten()?;
         (until > Instant::now()).then_some(until)
     }
 
@@ -283,36 +163,15 @@ impl Handover {
     }
 
     fn remove(&self, name: &Arc<str>, seq: u64) {
-        let now = Instant::now();
-        let mut queues = self.queues.lock();
-        if let Some(q) = queues.get_mut(name) {
+        self.table.with_queue(name, |q| {
             q.sleeping.remove(&seq);
-            // A run outlives an empty queue while it counts: two tasks trading the lock
-            // would otherwise reset it at every turn and shut other clients out.
-            if q.idle(now, self.window) {
-                queues.remove(name);
-            }
-        }
-        // Entries of names nobody touches again (their last holder lost the lock, say)
-        // are swept now and then.
+        });
+        // Entries of names nobody touches again (a run of hand-overs that stopped
+        // counting, say) are swept now and then.
         if self.leaves.fetch_add(1, Ordering::Relaxed) % 1024 == 1023 {
-            queues.retain(|_, q| !q.idle(now, self.window));
+            self.table.sweep_idle();
         }
     }
-}
-
-/// What a waiter finds when it stops sleeping.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Woke {
-    /// Not offered: try to acquire.
-    Free,
-    /// An unlock is handing the lock over; wait for [`Waiter::outcome`].
-    Offered,
-    /// The lock was handed over.
-    Granted(Grant),
-    /// The unlock failed after it may have handed over: acquire, adopting a hold that
-    /// may already be there (see `State::Unsure`).
-    Unsure,
 }
 
 /// One waiting task's ticket. Dropping it leaves the queue; see [`Waiter::leave`].
@@ -326,14 +185,14 @@ impl Waiter {
     /// Joins the queue for the sleep that follows; `holder_until` is when the holder's
     /// lease ends, if the last busy reply said.
     pub(crate) fn park(&self, holder_until: Option<Instant>) {
-        let mut queues = self.hub.queues.lock();
-        if *self.ticket.state.lock() == State::Free {
-            let q = queues.entry(self.name.clone()).or_default();
-            q.sleeping.insert(self.ticket.seq, self.ticket.clone());
-            if holder_until.is_some() {
-                q.holder_until = holder_until;
+        self.hub.table.with_queue(&self.name, |q| {
+            if *self.ticket.state.lock() == State::Free {
+                q.sleeping.insert(self.ticket.seq, self.ticket.clone());
+                if holder_until.is_some() {
+                    q.holder_until = holder_until;
+                }
             }
-        }
+        });
     }
 
     /// Completes when an unlock has picked this waiter, or settled an offer to it.

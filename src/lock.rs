@@ -388,7 +388,7 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.target.check_usable()?;
         let inner = self.target.inner();
-        inner.watchdog.forget_name(&self.target.name);
+        inner.table.forget_name(&self.target.name);
         let deleted =
             raw::force_release(&inner.conn, &self.target.name, &self.target.channel).await?;
         tracing::debug!(lock = %self.target.name, deleted, "force unlock");

@@ -58,7 +58,7 @@ impl Lock {
         let local = self
             .target()
             .inner()
-            .watchdog
+            .table
             .local_holds(&self.target().name, &field);
         let reply = raw::query(
             &self.target().inner().conn,

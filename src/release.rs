@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::handover::{Grant, Offer, Ticket};
+use crate::queue::{Grant, Offer, Ticket};
 use crate::raw::{self, Release, ReleaseCall};
 use crate::services::ClientInner;
 use crate::target::{Hold, ATTEMPTS};
@@ -15,8 +15,8 @@ use crate::target::{Hold, ATTEMPTS};
 /// Releases a hold nobody will use, in the background.
 pub(crate) fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
     // In flight from now, not from the task's first poll: an acquire of the same field
-    // must wait for it (see `InFlight`).
-    let in_flight = inner.inflight.begin(&hold.name, &hold.field);
+    // must wait for it (see `InFlightGuard`).
+    let in_flight = inner.table.begin(&hold.name, &hold.field);
     inner.clone().spawner().errand(async move {
         let _in_flight = in_flight;
         let r = release_hold(&inner, &hold, None, 1).await;
@@ -80,19 +80,14 @@ pub(crate) async fn release_hold(
     keep: Option<Duration>,
     holds: u32,
 ) -> Result<Release> {
-    let _in_flight = inner.inflight.begin(&hold.name, &hold.field);
-    // Holds this client still counts for the field make this release partial: offering
-    // the lock with it would only wake a waiter for nothing.
-    let last = keep.is_none()
-        && !inner.watchdog.is_registered(&hold.name, &hold.field)
-        && !inner.fixed.holds(&hold.name, &hold.field);
     // A client shutting down hands nothing to its waiters: they are leaving.
-    let plan = if last && inner.hands_over() && !inner.closed.is_set() {
-        inner.handover.offer(&hold.name)
-    } else {
-        Offer::Publish
-    };
-    match plan {
+    let may_offer = keep.is_none() && inner.hands_over() && !inner.closed.is_set();
+    let (_in_flight, plan) = inner
+        .table
+        .begin_release(&hold.name, &hold.field, may_offer, |q| {
+            inner.handover.pick(q)
+        });
+    match plan.unwrap_or(Offer::Publish) {
         Offer::To(ticket) => {
             let offer = Offered {
                 ticket,
@@ -193,10 +188,8 @@ async fn send_release(
 pub(crate) async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
     inner.closed.set();
     let limit = inner.offer_bound();
-    let mut holds = inner.watchdog.drain();
-    holds.extend(inner.fixed.drain());
-    holds.sort();
-    holds.dedup();
+    inner.watchdog.stop();
+    let holds = inner.table.drain();
     let mut failed = None;
     let work = async {
         let releases = holds
@@ -216,7 +209,7 @@ pub(crate) async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
         // undo): wait until both are quiet at once.
         loop {
             inner.background.errands_done().await;
-            inner.inflight.all_settled().await;
+            inner.table.all_settled().await;
             if inner.background.errands_idle() {
                 break;
             }

@@ -11,8 +11,10 @@ use crate::background::{Background, Signal, Spawner};
 use crate::config::{Config, ReplicaSync};
 use crate::connection::Conn;
 use crate::error::{Error, Result};
+use crate::handover::Handover;
 use crate::janitor::Janitor;
 use crate::pubsub::PubSubHub;
+use crate::table::Table;
 use crate::watchdog::Watchdog;
 
 /// One client's shared services.
@@ -23,9 +25,9 @@ pub(crate) struct ClientInner {
     pub(crate) watchdog: Watchdog,
     pub(crate) pubsub: PubSubHub,
     pub(crate) janitor: Janitor,
-    pub(crate) fixed: crate::fixed::FixedHolds,
-    pub(crate) handover: Arc<crate::handover::Handover>,
-    pub(crate) inflight: Arc<crate::inflight::InFlight>,
+    /// What the client knows of each lock name (see [`crate::table`]).
+    pub(crate) table: Arc<Table>,
+    pub(crate) handover: Arc<Handover>,
     pub(crate) background: Arc<Background>,
     /// Set by [`Client::shutdown`](crate::Client::shutdown): no new acquisition, waiters leave with `Closed`.
     pub(crate) closed: Signal,

@@ -1,10 +1,8 @@
-//! The watchdog: one timer per client that keeps the leases of held locks alive.
+//! The watchdog: one timer per client that keeps the leases of held locks alive, and
+//! tells their guards when one is lost.
 //!
-//! It is also where a task's nested watchdog holds are counted: the first `lock()` of a
-//! `(name, holder field)` takes a hold in Redis; while that hold is known live, further
-//! watchdog acquisitions by the same holder re-enter here, without a round trip, and
-//! only the release of the last of them is sent (giving back every hold the hash
-//! counts for them). See `docs/protocol.md`, "Local re-entry".
+//! The holds it renews are the watchdog holds of the client's table ([`crate::table`]),
+//! which also counts a task's nested holds (`docs/protocol.md`, "Local re-entry").
 //!
 //! Every `watchdog_timeout / 3` the timer renews every registered `(name, holder field)`
 //! with one script call per [`BATCH`] keys. Registration happens synchronously when an
@@ -19,7 +17,6 @@
 //! unless the lease it last confirmed has run out by then: then the lock may already be
 //! someone else's, and the entry is marked lost rather than assumed held.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -28,10 +25,11 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::background::{Background, Signal};
+use crate::background::Background;
 use crate::config::Config;
 use crate::connection::Conn;
 use crate::raw;
+use crate::table::{Table, WatchEntry};
 
 /// Why an entry is lost when its confirmed lease ran out.
 const EXPIRED: &str = "lease ran out before a renewal succeeded";
@@ -42,66 +40,10 @@ const RENEW_ATTEMPTS: u64 = 3;
 /// Keys renewed by one script call (Redisson's `lockWatchdogBatchSize`).
 pub const BATCH: usize = 100;
 
-/// One lock held in watchdog mode by one holder of this client.
-pub(crate) struct WatchEntry {
-    pub(crate) name: Arc<str>,
-    pub(crate) field: Arc<str>,
-    pub(crate) lost: Signal,
-    /// The fencing token of the hold taken in Redis; local re-entries share it.
-    pub(crate) token: u64,
-    /// The latest moment the lease is known to last: send time of the last successful
-    /// acquire or renewal, plus the lease. Measured on our monotonic clock, from when the
-    /// request was sent, so it errs early.
-    valid_until: Mutex<Instant>,
-}
-
-impl WatchEntry {
-    fn extend(&self, until: Instant) {
-        let mut v = self.valid_until.lock();
-        if until > *v {
-            *v = until;
-        }
-    }
-
-    pub(crate) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock()
-    }
-
-    /// Whether the lease the client last confirmed has run out, measured now. Once it
-    /// has, the hold is lost for good: a renewal still in flight may yet succeed, but
-    /// the holder may already have been told (or have acted as if) it was lost.
-    pub(crate) fn expired(&self) -> bool {
-        self.valid_until() <= Instant::now()
-    }
-}
-
-/// `(lock name, holder field)`.
-pub(crate) type SlotKey = (Arc<str>, Arc<str>);
-
-struct Slot {
-    /// Watchdog guards alive for this holder.
-    holds: u32,
-    /// How many of them took a hold in Redis (normally 1: the rest re-entered locally).
-    remote: u32,
-    entry: Arc<WatchEntry>,
-}
-
-/// What releasing one watchdog guard leaves to do.
-pub(crate) enum Released {
-    /// Other guards of the holder remain: nothing to send.
-    Kept,
-    /// This was the last guard: give back `remote` holds in Redis.
-    Last { remote: u32 },
-    /// Others remain, and each of them has its own hold in Redis: give back one.
-    Partial,
-    /// The entry was already dropped as lost (or force-unlocked).
-    Gone,
-}
-
 struct Shared {
     conn: Conn,
     lease: Duration,
-    slots: Mutex<HashMap<SlotKey, Slot>>,
+    table: Arc<Table>,
     passes: std::sync::atomic::AtomicU64,
     /// The runtime the timer runs on, where the client's background work goes.
     home: Mutex<Handle>,
@@ -113,7 +55,7 @@ struct Shared {
     background: Arc<Background>,
 }
 
-/// The per-client registry of watchdog locks, and its timer.
+/// The per-client renewal timer over the table's watchdog holds.
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
 }
@@ -124,11 +66,12 @@ impl Watchdog {
         config: &Config,
         runtime: &Handle,
         background: &Arc<Background>,
+        table: Arc<Table>,
     ) -> Watchdog {
         let shared = Arc::new(Shared {
             conn,
             lease: config.watchdog_timeout,
-            slots: Mutex::new(HashMap::new()),
+            table,
             passes: Default::default(),
             home: Mutex::new(runtime.clone()),
             timer_alive: AtomicBool::new(true),
@@ -175,78 +118,11 @@ impl Watchdog {
         sent_at: Instant,
         token: u64,
     ) -> Arc<WatchEntry> {
-        let until = sent_at + self.shared.lease;
         // A timer stopped with its runtime would never renew this hold.
         self.ensure_timer();
-        let mut slots = self.shared.slots.lock();
-        let slot = slots
-            .entry((name.clone(), field.clone()))
-            .or_insert_with(|| Slot {
-                holds: 0,
-                remote: 0,
-                entry: Arc::new(WatchEntry {
-                    name: name.clone(),
-                    field: field.clone(),
-                    lost: Signal::default(),
-                    token,
-                    valid_until: Mutex::new(until),
-                }),
-            });
-        slot.holds += 1;
-        slot.remote += 1;
-        slot.entry.extend(until);
-        if slot.entry.valid_until() <= Instant::now() {
-            // The reply was taken up after the lease it granted had run out (a future
-            // left unpolled that long): the lock may be someone else's already.
-            slot.entry.lost.set();
-        }
-        slot.entry.clone()
-    }
-
-    /// Re-enters a watchdog hold of `(name, field)` without asking Redis, if there is
-    /// one whose lease is known to last (the next renewal will tell if it does not).
-    /// Otherwise `Err(registered)`: whether a (lost or stale) entry is there, the same
-    /// answer as [`is_registered`](Self::is_registered), under the same lock.
-    pub(crate) fn reenter(
-        &self,
-        name: &Arc<str>,
-        field: &Arc<str>,
-    ) -> Result<Arc<WatchEntry>, bool> {
-        let mut slots = self.shared.slots.lock();
-        let Some(slot) = slots.get_mut(&(name.clone(), field.clone())) else {
-            return Err(false);
-        };
-        if slot.entry.lost.is_set() || slot.entry.valid_until() <= Instant::now() {
-            return Err(true);
-        }
-        slot.holds += 1;
-        Ok(slot.entry.clone())
-    }
-
-    /// Drops one guard of `entry` and says what is left to send.
-    pub(crate) fn release(&self, entry: &Arc<WatchEntry>) -> Released {
-        let mut slots = self.shared.slots.lock();
-        let key = (entry.name.clone(), entry.field.clone());
-        match slots.get_mut(&key) {
-            // Only the entry this guard registered: a lost-and-replaced entry is not ours.
-            Some(slot) if Arc::ptr_eq(&slot.entry, entry) => {
-                if slot.holds == 1 {
-                    let remote = slot.remote;
-                    slots.remove(&key);
-                    Released::Last { remote }
-                } else if slot.holds > slot.remote {
-                    // Guards are interchangeable: one of the local re-entries ends.
-                    slot.holds -= 1;
-                    Released::Kept
-                } else {
-                    // Every guard took its hold in Redis (a fenced lock's re-entries).
-                    slot.holds -= 1;
-                    slot.remote -= 1;
-                    Released::Partial
-                }
-            }
-            _ => Released::Gone,
-        }
+        self.shared
+            .table
+            .add_watched(name, field, sent_at + self.shared.lease, token)
     }
 
     /// Whether `entry` is lost: marked so, or its confirmed lease has run out by the
@@ -279,60 +155,14 @@ impl Watchdog {
         }
     }
 
-    /// Watchdog holds of `(name, field)` that re-entered locally, so the hash does not
-    /// count them.
-    pub(crate) fn local_holds(&self, name: &Arc<str>, field: &Arc<str>) -> u32 {
-        self.shared
-            .slots
-            .lock()
-            .get(&(name.clone(), field.clone()))
-            .map_or(0, |s| s.holds.saturating_sub(s.remote))
-    }
-
-    /// True if `(name, field)` has watchdog holds.
-    pub(crate) fn is_registered(&self, name: &Arc<str>, field: &Arc<str>) -> bool {
-        self.shared
-            .slots
-            .lock()
-            .contains_key(&(name.clone(), field.clone()))
-    }
-
-    /// Forgets every hold (the client shuts down), marking each lost, and stops the
-    /// timer for good. Returns the `(name, field)` of each, for their releases.
-    pub(crate) fn drain(&self) -> Vec<SlotKey> {
+    /// Stops the timer for good (the client shuts down).
+    pub(crate) fn stop(&self) {
         self.shared.stopped.store(true, Ordering::SeqCst);
-        let slots: Vec<(SlotKey, Slot)> = self.shared.slots.lock().drain().collect();
-        slots
-            .into_iter()
-            .map(|(key, slot)| {
-                slot.entry.lost.set();
-                key
-            })
-            .collect()
-    }
-
-    /// Forgets every holder of `name` (after a force unlock), marking them lost.
-    pub(crate) fn forget_name(&self, name: &str) {
-        let mut slots = self.shared.slots.lock();
-        slots.retain(|(n, _), slot| {
-            if &**n == name {
-                slot.entry.lost.set();
-                false
-            } else {
-                true
-            }
-        });
     }
 
     /// The watchdog lease.
     pub(crate) fn lease(&self) -> Duration {
         self.shared.lease
-    }
-
-    /// Number of locks registered now.
-    #[allow(dead_code)]
-    pub(crate) fn len(&self) -> usize {
-        self.shared.slots.lock().len()
     }
 }
 
@@ -350,13 +180,7 @@ impl Drop for TimerTask {
             return;
         }
         shared.timer_alive.store(false, Ordering::SeqCst);
-        let held: Vec<Arc<WatchEntry>> = shared
-            .slots
-            .lock()
-            .values()
-            .map(|s| s.entry.clone())
-            .collect();
-        for entry in held {
+        for entry in shared.table.all_watched() {
             shared.mark_lost(&entry, "the runtime that ran the watchdog shut down");
         }
     }
@@ -392,18 +216,17 @@ impl Shared {
 
     async fn pass(self: Arc<Self>) {
         let now = Instant::now();
-        let mut due = Vec::new();
-        {
-            let slots = self.slots.lock();
-            for slot in slots.values() {
-                if slot.entry.valid_until() <= now {
-                    // Renewing now could revive a lock someone else may have had meanwhile.
-                    due.push((slot.entry.clone(), false));
-                } else {
-                    due.push((slot.entry.clone(), true));
-                }
-            }
-        }
+        // Renewing a lease that ran out could revive a lock someone else may have had
+        // meanwhile.
+        let due: Vec<(Arc<WatchEntry>, bool)> = self
+            .table
+            .all_watched()
+            .into_iter()
+            .map(|e| {
+                let renewable = e.valid_until() > now;
+                (e, renewable)
+            })
+            .collect();
         if due.is_empty() {
             return;
         }
@@ -473,12 +296,8 @@ impl Shared {
     }
 
     fn mark_lost(&self, entry: &Arc<WatchEntry>, why: &'static str) {
-        let mut slots = self.slots.lock();
-        let key = (entry.name.clone(), entry.field.clone());
         // An entry unlocked meanwhile is not lost, just finished.
-        if matches!(slots.get(&key), Some(slot) if Arc::ptr_eq(&slot.entry, entry)) {
-            slots.remove(&key);
-            drop(slots);
+        if self.table.drop_lost(entry) {
             tracing::warn!(lock = %entry.name, owner = %entry.field, reason = why, "lock lost while held");
             entry.lost.set();
         }

@@ -1,8 +1,14 @@
 //! Unit tests of the hand-over queue and its offers.
 use super::*;
+use crate::queue::Grant;
 
 fn hub(limit: u32) -> Arc<Handover> {
-    Arc::new(Handover::new(limit, Duration::from_secs(3600)))
+    hub_with(limit, Duration::from_secs(3600))
+}
+
+fn hub_with(limit: u32, window: Duration) -> Arc<Handover> {
+    let table = Arc::new(Table::new(Duration::from_secs(30), window));
+    Arc::new(Handover::new(table, limit, window))
 }
 
 fn to(o: Offer) -> Arc<Ticket> {
@@ -46,7 +52,7 @@ async fn offers_oldest_first_and_bounds_the_streak() {
     assert_eq!(&*to(h.offer("n")).field, "f2");
     assert!(matches!(h.offer("n"), Offer::Publish), "nobody left");
     assert_eq!(
-        h.queues.lock()["n"].streak,
+        h.table.peek_queue("n", |q| q.streak).unwrap(),
         1,
         "a run still counting is kept"
     );
@@ -89,9 +95,10 @@ async fn revert_frees_the_waiter() {
     w.picked().await;
     assert_eq!(w.unpark(), Woke::Free);
     assert_eq!(w.outcome().await, Woke::Free);
-    assert!(h.queues.lock()["n"].sleeping.is_empty());
-    h.withdraw("n");
-    assert_eq!(h.queues.lock()["n"].streak, 0);
+    assert!(h.table.peek_queue("n", |q| q.sleeping.is_empty()).unwrap());
+    h.withdraw(&"n".into());
+    // Nothing left counting: the name's entry is gone.
+    assert_eq!(h.table.peek_queue("n", |q| q.streak), None);
 }
 
 #[tokio::test]
@@ -114,18 +121,18 @@ async fn a_failed_unlock_leaves_the_waiter_unsure_once() {
 
 #[tokio::test]
 async fn idle_entries_are_dropped() {
-    let h = Arc::new(Handover::new(4, Duration::from_millis(10)));
+    let h = hub_with(4, Duration::from_millis(10));
     let name: Arc<str> = "n".into();
     let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
     w.park(None);
     let _t = to(h.offer("n"));
     // A run is counting: the entry stays while its window lasts.
     w.unpark();
-    assert!(h.queues.lock().contains_key("n"));
+    assert!(h.table.peek_queue("n", |_| ()).is_some());
     tokio::time::sleep(Duration::from_millis(20)).await;
     w.park(None);
     w.unpark();
-    assert!(h.queues.lock().is_empty());
+    assert_eq!(h.table.len(), 0);
 }
 
 #[tokio::test]
@@ -172,7 +179,7 @@ async fn newcomers_queue_behind_sleepers_while_the_lease_is_known() {
 
 #[tokio::test]
 async fn a_streak_ends_when_its_window_has_passed() {
-    let h = Arc::new(Handover::new(100, Duration::from_millis(30)));
+    let h = hub_with(100, Duration::from_millis(30));
     let name: Arc<str> = "n".into();
     let ws: Vec<Waiter> = (0..3)
         .map(|i| {
@@ -201,8 +208,8 @@ async fn holding_back_lasts_its_period() {
     let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
     w.park(None);
     assert!(h.held_back("n").is_none());
-    h.hold_back("n", Duration::from_secs(60));
+    h.hold_back(&"n".into(), Duration::from_secs(60));
     assert!(h.held_back("n").is_some());
-    h.hold_back("n", Duration::ZERO);
+    h.hold_back(&"n".into(), Duration::ZERO);
     assert!(h.held_back("n").is_none());
 }

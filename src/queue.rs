@@ -1,0 +1,150 @@
+//! The tasks of one client asleep waiting for one lock name, in the order they first
+//! waited, and the state of each one's ticket. Plain data: the per-client table keeps one
+//! [`Queue`] per name, and [`crate::handover`] decides who is offered the lock.
+//!
+//! A ticket is settled exactly once, under its own mutex, by whichever side comes second:
+//! the unlock delivering a grant, or the waiter leaving (cancelled or out of time).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Where one waiter's ticket stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Not offered; the waiter may send its own acquires.
+    Free,
+    /// An unlock carrying this waiter as next holder is in flight.
+    Offered,
+    /// The unlock handed the lock over: `token`, lease counted from `sent`.
+    Granted(Grant),
+    /// The unlock failed after it may have run: the waiter may hold the lock without
+    /// knowing it, so its next acquire asks Redis to adopt such a hold (the retry branch
+    /// of `lua/acquire.lua`) instead of taking a second one.
+    Unsure,
+    /// The waiter left; a grant arriving now is the unlocker's to release.
+    Gone,
+    /// The waiter stopped waiting for an offer that was not settled in time (see
+    /// [`Waiter::abandon_offer`]); a grant arriving now is left to expire by its lease.
+    Abandoned,
+}
+
+/// A hold written by the unlock script for a waiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) token: u64,
+    /// When the unlock that granted it was sent; the lease runs from no earlier.
+    pub(crate) sent: Instant,
+}
+
+/// One sleeping waiter, as the unlocking side sees it.
+pub(crate) struct Ticket {
+    /// The waiter's holder field, written into the hash on hand-over.
+    pub(crate) field: Arc<str>,
+    /// The lease the waiter asked for (the watchdog timeout for watchdog locks).
+    pub(crate) lease: Duration,
+    /// The waiter's lock is fenced: its grant must draw a token.
+    pub(crate) fenced: bool,
+    pub(crate) seq: u64,
+    pub(crate) state: Mutex<State>,
+    pub(crate) changed: Notify,
+}
+
+impl Ticket {
+    /// Gives the hold to the waiter. `false` if the waiter has left: the caller then
+    /// owns the hold and must release it.
+    pub(crate) fn deliver(&self, grant: Grant) -> bool {
+        let mut s = self.state.lock();
+        let delivered = match *s {
+            State::Offered => {
+                *s = State::Granted(grant);
+                true
+            }
+            // Too late to tell whether a release by field would hit this grant or a
+            // later hold of the same task: the grant runs out by its lease instead.
+            State::Abandoned => true,
+            _ => false,
+        };
+        drop(s);
+        self.changed.notify_one();
+        delivered
+    }
+
+    /// The unlock did not hand over (holds remained, or nothing was held): the waiter
+    /// goes back to acquiring on its own.
+    pub(crate) fn revert(&self) {
+        self.settle(State::Free);
+    }
+
+    /// The unlock failed, and may have handed over before it did (see `State::Unsure`).
+    /// A waiter that has left by now may hold a lock it never learns of: that hold ends
+    /// with its lease.
+    pub(crate) fn unsure(&self) {
+        self.settle(State::Unsure);
+    }
+
+    fn settle(&self, to: State) {
+        let mut s = self.state.lock();
+        if *s == State::Offered {
+            *s = to;
+        }
+        drop(s);
+        self.changed.notify_one();
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Queue {
+    /// Sleeping, not offered, by first-wait order.
+    pub(crate) sleeping: BTreeMap<u64, Arc<Ticket>>,
+    /// Hand-overs in a row on this name since the last published release.
+    pub(crate) streak: u32,
+    /// When the first of them was made.
+    pub(crate) streak_began: Option<Instant>,
+    /// After this client ended a streak with a published release: until then its own
+    /// new acquires of the name hold back, so that the waiters the message wakes, here
+    /// and in other clients, race on equal terms with the task that just released.
+    pub(crate) yield_until: Option<Instant>,
+    /// When the current holder's lease ends, as the latest busy reply to a waiter here
+    /// said. A task that finds others asleep here waits behind them until then at most,
+    /// without asking Redis what they already know.
+    pub(crate) holder_until: Option<Instant>,
+}
+
+impl Queue {
+    /// Nothing left worth keeping: nobody asleep, no run of hand-overs still counting,
+    /// no hold-back in force.
+    pub(crate) fn idle(&self, now: Instant, window: Duration) -> bool {
+        self.sleeping.is_empty()
+            && self.yield_until.is_none_or(|u| u <= now)
+            && (self.streak == 0 || self.streak_began.is_none_or(|t| t + window <= now))
+    }
+}
+
+/// What an unlock should do with the lock on a full release.
+pub(crate) enum Offer {
+    /// Hand it to this waiter.
+    To(Arc<Ticket>),
+    /// Publish: this client has nobody waiting.
+    Publish,
+    /// Publish, ending a streak of hand-overs while this client still has waiters.
+    EndStreak,
+}
+
+/// What a waiter finds when it stops sleeping.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Woke {
+    /// Not offered: try to acquire.
+    Free,
+    /// An unlock is handing the lock over; wait for [`Waiter::outcome`].
+    Offered,
+    /// The lock was handed over.
+    Granted(Grant),
+    /// The unlock failed after it may have handed over: acquire, adopting a hold that
+    /// may already be there (see `State::Unsure`).
+    Unsure,
+}

@@ -1,0 +1,563 @@
+//! The per-client table: everything a client knows about each lock name, under one mutex.
+//!
+//! Per name, an [`Entry`] keeps
+//! - the holds of each holder field: watchdog holds (how many guards, how many of them
+//!   took a hold in Redis, and the [`WatchEntry`] with the loss signal and confirmed
+//!   lease), and fixed-lease holds;
+//! - the requests of each field in flight (see [`InFlightGuard`]);
+//! - the tasks asleep waiting for the name, in order ([`Queue`]).
+//!
+//! Each decision that needs more than one of these is taken in one critical section:
+//! re-enter locally or send an acquire; whether a release is the field's last and whom
+//! the lock is handed to; whether a lost hold's field may be swept. The watchdog walks
+//! the watchdog holds; the hand-over reads the same entry's queue. An entry with nothing
+//! left in it is removed at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::background::Signal;
+use crate::queue::Queue;
+
+/// `(lock name, holder field)`.
+pub(crate) type SlotKey = (Arc<str>, Arc<str>);
+
+/// One lock held in watchdog mode by one holder of this client: what its guards share.
+pub(crate) struct WatchEntry {
+    pub(crate) name: Arc<str>,
+    pub(crate) field: Arc<str>,
+    pub(crate) lost: Signal,
+    /// The fencing token of the hold taken in Redis; local re-entries share it.
+    pub(crate) token: u64,
+    /// The latest moment the lease is known to last: send time of the last successful
+    /// acquire or renewal, plus the lease. Measured on our monotonic clock, from when the
+    /// request was sent, so it errs early.
+    valid_until: Mutex<Instant>,
+}
+
+impl WatchEntry {
+    pub(crate) fn extend(&self, until: Instant) {
+        let mut v = self.valid_until.lock();
+        if until > *v {
+            *v = until;
+        }
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock()
+    }
+
+    /// Whether the lease the client last confirmed has run out, measured now. Once it
+    /// has, the hold is lost for good: a renewal still in flight may yet succeed, but
+    /// the holder may already have been told (or have acted as if) it was lost.
+    pub(crate) fn expired(&self) -> bool {
+        self.valid_until() <= Instant::now()
+    }
+
+    fn live(&self) -> bool {
+        !self.lost.is_set() && !self.expired()
+    }
+}
+
+struct Watched {
+    /// Watchdog guards alive for this holder.
+    guards: u32,
+    /// How many of them took a hold in Redis (normally 1: the rest re-entered locally).
+    remote: u32,
+    entry: Arc<WatchEntry>,
+}
+
+/// What the client knows of one holder field of one name.
+#[derive(Default)]
+struct Holder {
+    watched: Option<Watched>,
+    /// Fixed-lease guards alive.
+    fixed: u32,
+    /// Requests that change the field's holds, in flight.
+    in_flight: u32,
+    /// Told when `in_flight` drops to 0; made only when someone waits for that.
+    settled: Option<Arc<Notify>>,
+}
+
+impl Holder {
+    fn holds(&self) -> bool {
+        self.watched.is_some() || self.fixed > 0
+    }
+
+    fn unused(&self) -> bool {
+        !self.holds() && self.in_flight == 0
+    }
+}
+
+/// One lock name's entry.
+#[derive(Default)]
+pub(crate) struct Entry {
+    holders: HashMap<Arc<str>, Holder>,
+    queue: Queue,
+}
+
+/// How an acquire of a field starts (see [`Table::begin_acquire`]).
+pub(crate) enum Begin {
+    /// Another request of the field is in flight: wait until it settles
+    /// ([`Table::settled`]), then begin again.
+    Wait,
+    /// A live watchdog hold of the field was re-entered: nothing to send.
+    Reentered(Arc<WatchEntry>),
+    /// Send an acquire. `fresh`: the client holds nothing under the field (the script's
+    /// ARGV[4]).
+    Send {
+        fresh: bool,
+        in_flight: InFlightGuard,
+    },
+}
+
+/// What giving back one guard leaves to do (see [`Table::release_watched`]).
+pub(crate) enum Handback {
+    /// Another guard of the same watchdog hold remains: nothing to send.
+    Local,
+    /// The hold is known lost. `sweep`: no other request or hold of this client has the
+    /// field, so whatever Redis still keeps under it is this lost hold's (a renewal that
+    /// landed after the client gave up on the lease), and is deleted.
+    Lost { sweep: Option<InFlightGuard> },
+    /// Give back `holds` of the hash's count, setting `keep` as lease if holds remain.
+    Send { holds: u32, keep: Option<Duration> },
+}
+
+/// The per-client table of lock names.
+pub(crate) struct Table {
+    names: Mutex<HashMap<Arc<str>, Entry>>,
+    /// How long a run of hand-overs counts ([`Queue::idle`]).
+    window: Duration,
+    /// The watchdog lease: what a partial release keeps when watchdog holds remain.
+    lease: Duration,
+    in_flight: AtomicUsize,
+    /// Told when the last request in flight settles.
+    none: Notify,
+}
+
+impl Table {
+    pub(crate) fn new(lease: Duration, window: Duration) -> Table {
+        Table {
+            names: Mutex::new(HashMap::new()),
+            window,
+            lease,
+            in_flight: AtomicUsize::new(0),
+            none: Notify::new(),
+        }
+    }
+
+    /// Runs `f` on the entry of `name` (made if missing), and removes the entry if
+    /// nothing is left in it.
+    fn with<R>(&self, name: &Arc<str>, f: impl FnOnce(&mut Entry) -> R) -> R {
+        let mut names = self.names.lock();
+        let entry = match names.get_mut(name) {
+            Some(e) => e,
+            None => names.entry(name.clone()).or_default(),
+        };
+        let r = f(entry);
+        if entry.holders.is_empty() && entry.queue.idle(Instant::now(), self.window) {
+            names.remove(name);
+        }
+        r
+    }
+
+    /// Runs `f` on the holder of `(name, field)` (made if missing) and its entry's queue;
+    /// removes what is left unused.
+    fn with_holder<R>(
+        &self,
+        name: &Arc<str>,
+        field: &Arc<str>,
+        f: impl FnOnce(&mut Holder, &mut Queue) -> R,
+    ) -> R {
+        self.with(name, |e| {
+            let holder = match e.holders.get_mut(field) {
+                Some(h) => h,
+                None => e.holders.entry(field.clone()).or_default(),
+            };
+            let r = f(holder, &mut e.queue);
+            if holder.unused() {
+                e.holders.remove(field);
+            }
+            r
+        })
+    }
+
+    fn peek<R>(&self, name: &str, field: &str, f: impl FnOnce(&Holder) -> R) -> Option<R> {
+        let names = self.names.lock();
+        names.get(name)?.holders.get(field).map(f)
+    }
+
+    /// Runs `f` on the queue of `name`.
+    pub(crate) fn with_queue<R>(&self, name: &Arc<str>, f: impl FnOnce(&mut Queue) -> R) -> R {
+        self.with(name, |e| f(&mut e.queue))
+    }
+
+    /// Runs `f` on the queue of `name` if there is an entry.
+    pub(crate) fn peek_queue<R>(&self, name: &str, f: impl FnOnce(&Queue) -> R) -> Option<R> {
+        self.names.lock().get(name).map(|e| f(&e.queue))
+    }
+
+    /// Starts an acquire of `(name, field)`. `reenter`: a live watchdog hold may be
+    /// re-entered without a request. `waited`: the caller already waited for earlier
+    /// requests of the field (as long as it may); it sends even if they are not done.
+    pub(crate) fn begin_acquire(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        field: &Arc<str>,
+        reenter: bool,
+        waited: bool,
+    ) -> Begin {
+        self.with_holder(name, field, |h, _| {
+            // What the client knows of this field's holds is only settled once its
+            // earlier requests are (see `InFlightGuard`).
+            if h.in_flight > 0 && !waited {
+                return Begin::Wait;
+            }
+            if let Some(w) = &mut h.watched {
+                if reenter && w.entry.live() {
+                    w.guards += 1;
+                    return Begin::Reentered(w.entry.clone());
+                }
+            }
+            self.start(h);
+            Begin::Send {
+                fresh: !h.holds(),
+                in_flight: self.guard(name, field),
+            }
+        })
+    }
+
+    /// Records a watchdog hold taken in Redis, confirmed until `until`.
+    pub(crate) fn add_watched(
+        &self,
+        name: &Arc<str>,
+        field: &Arc<str>,
+        until: Instant,
+        token: u64,
+    ) -> Arc<WatchEntry> {
+        self.with_holder(name, field, |h, _| {
+            let w = h.watched.get_or_insert_with(|| Watched {
+                guards: 0,
+                remote: 0,
+                entry: Arc::new(WatchEntry {
+                    name: name.clone(),
+                    field: field.clone(),
+                    lost: Signal::default(),
+                    token,
+                    valid_until: Mutex::new(until),
+                }),
+            });
+            w.guards += 1;
+            w.remote += 1;
+            w.entry.extend(until);
+            if w.entry.expired() {
+                // The reply was taken up after the lease it granted had run out (a future
+                // left unpolled that long): the lock may be someone else's already.
+                w.entry.lost.set();
+            }
+            w.entry.clone()
+        })
+    }
+
+    /// Records a fixed-lease hold taken in Redis.
+    pub(crate) fn add_fixed(&self, name: &Arc<str>, field: &Arc<str>) {
+        self.with_holder(name, field, |h, _| h.fixed += 1);
+    }
+
+    /// Gives back one watchdog guard of `entry`; `lost`: the guard found it lost.
+    pub(crate) fn release_watched(
+        self: &Arc<Self>,
+        entry: &Arc<WatchEntry>,
+        lost: bool,
+    ) -> Handback {
+        self.with_holder(&entry.name, &entry.field, |h, _| {
+            let ours = matches!(&h.watched, Some(w) if Arc::ptr_eq(&w.entry, entry));
+            if !ours {
+                // Dropped as lost (or force-unlocked) already; a newer entry is not ours.
+                return Handback::Lost {
+                    sweep: self.sweep(h, &entry.name, &entry.field),
+                };
+            }
+            let w = h.watched.as_mut().expect("checked above");
+            let plan = if w.guards == 1 {
+                let remote = w.remote;
+                h.watched = None;
+                Handback::Send {
+                    holds: remote,
+                    keep: None,
+                }
+            } else if w.guards > w.remote {
+                // Guards are interchangeable: one of the local re-entries ends.
+                w.guards -= 1;
+                Handback::Local
+            } else {
+                // Every guard took its hold in Redis (a fenced lock's re-entries).
+                w.guards -= 1;
+                w.remote -= 1;
+                Handback::Send {
+                    holds: 1,
+                    keep: Some(self.lease),
+                }
+            };
+            if lost {
+                return Handback::Lost {
+                    sweep: self.sweep(h, &entry.name, &entry.field),
+                };
+            }
+            plan
+        })
+    }
+
+    /// Gives back one fixed-lease guard; `expired`: its lease ran out.
+    pub(crate) fn release_fixed(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        field: &Arc<str>,
+        expired: bool,
+    ) -> Handback {
+        self.with_holder(name, field, |h, _| {
+            h.fixed = h.fixed.saturating_sub(1);
+            if expired {
+                // What the hash still counts for this field may be a newer hold of the
+                // same owner, which a release must not touch.
+                return Handback::Lost {
+                    sweep: self.sweep(h, name, field),
+                };
+            }
+            Handback::Send {
+                holds: 1,
+                keep: h.watched.is_some().then_some(self.lease),
+            }
+        })
+    }
+
+    /// Claims the field for a sweep if nothing else of this client uses it.
+    fn sweep(
+        self: &Arc<Self>,
+        h: &mut Holder,
+        name: &Arc<str>,
+        field: &Arc<str>,
+    ) -> Option<InFlightGuard> {
+        if !h.unused() {
+            return None;
+        }
+        self.start(h);
+        Some(self.guard(name, field))
+    }
+
+    /// Starts a release of `(name, field)`. If the client holds nothing more under the
+    /// field and `may_offer`, `offer` picks from the name's queue whom the lock goes to.
+    pub(crate) fn begin_release<O>(
+        self: &Arc<Self>,
+        name: &Arc<str>,
+        field: &Arc<str>,
+        may_offer: bool,
+        offer: impl FnOnce(&mut Queue) -> Option<O>,
+    ) -> (InFlightGuard, Option<O>) {
+        self.with_holder(name, field, |h, q| {
+            self.start(h);
+            // Holds this client still counts for the field make the release partial:
+            // offering the lock with it would only wake a waiter for nothing.
+            let plan = if may_offer && !h.holds() {
+                offer(q)
+            } else {
+                None
+            };
+            (self.guard(name, field), plan)
+        })
+    }
+
+    /// Records a request of `(name, field)` in flight until the guard is dropped.
+    pub(crate) fn begin(self: &Arc<Self>, name: &Arc<str>, field: &Arc<str>) -> InFlightGuard {
+        self.with_holder(name, field, |h, _| self.start(h));
+        self.guard(name, field)
+    }
+
+    fn start(&self, h: &mut Holder) {
+        h.in_flight += 1;
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn guard(self: &Arc<Self>, name: &Arc<str>, field: &Arc<str>) -> InFlightGuard {
+        InFlightGuard {
+            table: self.clone(),
+            name: name.clone(),
+            field: field.clone(),
+        }
+    }
+
+    fn end(&self, name: &Arc<str>, field: &Arc<str>) {
+        self.with_holder(name, field, |h, _| {
+            h.in_flight = h.in_flight.saturating_sub(1);
+            if h.in_flight == 0 {
+                if let Some(n) = h.settled.take() {
+                    n.notify_waiters();
+                }
+            }
+        });
+        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.none.notify_waiters();
+        }
+    }
+
+    /// Waits until no request of `(name, field)` is in flight, at most `limit`: a request
+    /// whose future is kept but no longer polled must not stall the field for good.
+    pub(crate) async fn settled(&self, name: &Arc<str>, field: &Arc<str>, limit: Duration) {
+        let wait = async {
+            loop {
+                let notify = {
+                    let mut names = self.names.lock();
+                    let h = names.get_mut(name).and_then(|e| e.holders.get_mut(field));
+                    match h {
+                        Some(h) if h.in_flight > 0 => h.settled.get_or_insert_default().clone(),
+                        _ => return,
+                    }
+                };
+                let done = notify.notified();
+                tokio::pin!(done);
+                done.as_mut().enable();
+                if self.peek(name, field, |h| h.in_flight).unwrap_or(0) == 0 {
+                    return;
+                }
+                done.await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, wait).await;
+    }
+
+    /// Waits until no request of any field is in flight.
+    pub(crate) async fn all_settled(&self) {
+        loop {
+            let none = self.none.notified();
+            tokio::pin!(none);
+            none.as_mut().enable();
+            if self.in_flight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            none.await;
+        }
+    }
+
+    /// Whether the client holds `(name, field)` (watchdog or fixed lease).
+    pub(crate) fn holds(&self, name: &str, field: &str) -> bool {
+        self.peek(name, field, Holder::holds).unwrap_or(false)
+    }
+
+    /// Whether `(name, field)` has a watchdog hold (alive or not yet found lost).
+    pub(crate) fn watched(&self, name: &str, field: &str) -> bool {
+        self.peek(name, field, |h| h.watched.is_some())
+            .unwrap_or(false)
+    }
+
+    /// Watchdog guards of `(name, field)` that re-entered locally, so the hash does not
+    /// count them.
+    pub(crate) fn local_holds(&self, name: &str, field: &str) -> u32 {
+        self.peek(name, field, |h| {
+            h.watched
+                .as_ref()
+                .map_or(0, |w| w.guards.saturating_sub(w.remote))
+        })
+        .unwrap_or(0)
+    }
+
+    /// Every watchdog hold, for a renewal pass.
+    pub(crate) fn all_watched(&self) -> Vec<Arc<WatchEntry>> {
+        let names = self.names.lock();
+        names
+            .values()
+            .flat_map(|e| e.holders.values())
+            .filter_map(|h| h.watched.as_ref().map(|w| w.entry.clone()))
+            .collect()
+    }
+
+    /// Drops `entry` as lost if it is still the field's watchdog hold; `false` if it was
+    /// unlocked (or replaced) meanwhile.
+    pub(crate) fn drop_lost(&self, entry: &Arc<WatchEntry>) -> bool {
+        self.with_holder(&entry.name, &entry.field, |h, _| {
+            if matches!(&h.watched, Some(w) if Arc::ptr_eq(&w.entry, entry)) {
+                h.watched = None;
+                true
+            } else {
+                false
+            }
+        })
+    }
+
+    /// Forgets every watchdog hold of `name` (after a force unlock), marking each lost.
+    /// Fixed-lease guards keep their count: each still gives back its own hold.
+    pub(crate) fn forget_name(&self, name: &Arc<str>) {
+        self.with(name, |e| {
+            e.holders.retain(|_, h| {
+                if let Some(w) = h.watched.take() {
+                    w.entry.lost.set();
+                }
+                !h.unused()
+            })
+        });
+    }
+
+    /// Forgets every hold (the client shuts down), marking watchdog holds lost. Returns
+    /// the `(name, field)` of each, for their releases.
+    pub(crate) fn drain(&self) -> Vec<SlotKey> {
+        let mut names = self.names.lock();
+        let mut held = Vec::new();
+        for (name, e) in names.iter_mut() {
+            e.holders.retain(|field, h| {
+                if h.holds() {
+                    held.push((name.clone(), field.clone()));
+                }
+                if let Some(w) = h.watched.take() {
+                    w.entry.lost.set();
+                }
+                h.fixed = 0;
+                !h.unused()
+            });
+        }
+        let now = Instant::now();
+        names.retain(|_, e| !(e.holders.is_empty() && e.queue.idle(now, self.window)));
+        held
+    }
+
+    /// Drops entries nothing is left in (a run of hand-overs that stopped counting, say).
+    pub(crate) fn sweep_idle(&self) {
+        let now = Instant::now();
+        self.names
+            .lock()
+            .retain(|_, e| !(e.holders.is_empty() && e.queue.idle(now, self.window)));
+    }
+
+    /// Names with an entry now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.names.lock().len()
+    }
+}
+
+/// One request of a field in flight; dropping it settles it.
+///
+/// A retry recognises what its lost first send did by the holder field alone where no
+/// latch was written (a first grant, a published release; see `docs/protocol.md` 2.1,
+/// 2.2). That is only sound while no other request of the same field runs in between,
+/// and one could: a guard dropped in the background, or a cancelled `lock()` finishing
+/// there, while the same task takes the lock again. So an acquire of a field waits until
+/// the field's earlier requests are settled, retries and undos included.
+pub(crate) struct InFlightGuard {
+    table: Arc<Table>,
+    name: Arc<str>,
+    field: Arc<str>,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.table.end(&self.name, &self.field);
+    }
+}
+
+#[cfg(test)]
+mod tests;

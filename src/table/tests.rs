@@ -1,0 +1,77 @@
+//! Unit tests of the per-client table.
+use super::*;
+
+#[tokio::test]
+async fn a_field_is_settled_when_its_last_request_ends() {
+    let reg = Arc::new(Table::new(
+        Duration::from_secs(30),
+        Duration::from_millis(5),
+    ));
+    let (n, f): (Arc<str>, Arc<str>) = ("n".into(), "f".into());
+    let long = Duration::from_secs(60);
+    reg.settled(&n, &f, long).await; // nothing in flight
+    let a = reg.begin(&n, &f);
+    let b = reg.begin(&n, &f);
+    let waiting = {
+        let (reg, n, f) = (reg.clone(), n.clone(), f.clone());
+        tokio::spawn(async move { reg.settled(&n, &f, long).await })
+    };
+    drop(a);
+    tokio::task::yield_now().await;
+    assert!(!waiting.is_finished());
+    drop(b);
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    // A request never settled stalls the field only for the limit.
+    let _stuck = reg.begin(&n, &f);
+    reg.settled(&n, &f, Duration::from_millis(10)).await;
+}
+
+#[tokio::test]
+async fn an_entry_goes_once_nothing_is_left_in_it() {
+    let t = Arc::new(Table::new(
+        Duration::from_secs(30),
+        Duration::from_millis(5),
+    ));
+    let (n, f): (Arc<str>, Arc<str>) = ("n".into(), "f".into());
+    let e = t.add_watched(&n, &f, Instant::now() + Duration::from_secs(30), 0);
+    t.add_fixed(&n, &f);
+    assert!(t.holds(&n, &f));
+    assert!(matches!(
+        t.begin_acquire(&n, &f, true, false),
+        Begin::Reentered(_)
+    ));
+    assert_eq!(t.local_holds(&n, &f), 1);
+    assert!(matches!(t.release_watched(&e, false), Handback::Local));
+    assert!(matches!(
+        t.release_watched(&e, false),
+        Handback::Send {
+            holds: 1,
+            keep: None
+        }
+    ));
+    assert!(matches!(
+        t.release_fixed(&n, &f, false),
+        Handback::Send {
+            holds: 1,
+            keep: None
+        }
+    ));
+    assert_eq!(t.len(), 0, "an empty entry was kept");
+    // A lost hold's field is swept only when nothing else uses it.
+    let e = t.add_watched(&n, &f, Instant::now() + Duration::from_secs(30), 0);
+    let busy = t.begin(&n, &f);
+    assert!(matches!(
+        t.release_watched(&e, true),
+        Handback::Lost { sweep: None }
+    ));
+    drop(busy);
+    let e = t.add_watched(&n, &f, Instant::now() + Duration::from_secs(30), 0);
+    match t.release_watched(&e, true) {
+        Handback::Lost { sweep: Some(g) } => drop(g),
+        _ => panic!("an unused field is swept"),
+    }
+    assert_eq!(t.len(), 0);
+}
