@@ -1,6 +1,6 @@
 //! The tasks of one client asleep waiting for one lock name, in the order they first
 //! waited, and the state of each one's ticket. Plain data: the per-client table keeps one
-//! [`Queue`] per name, and [`crate::handover`] decides who is offered the lock.
+//! [`Queue`] per name, and the hand-over decides who is offered the lock.
 //!
 //! A ticket is settled exactly once, under its own mutex, by whichever side comes second:
 //! the unlock delivering a grant, or the waiter leaving (cancelled or out of time).

@@ -25,6 +25,8 @@ use tokio::time::Instant;
 use crate::background::Signal;
 use crate::queue::Queue;
 
+pub(crate) use holds::{Begin, Handback};
+
 /// `(lock name, holder field)`.
 pub(crate) type SlotKey = (Arc<str>, Arc<str>);
 
@@ -102,33 +104,6 @@ pub(crate) struct Entry {
     queue: Queue,
 }
 
-/// How an acquire of a field starts (see [`Table::begin_acquire`]).
-pub(crate) enum Begin {
-    /// Another request of the field is in flight: wait until it settles
-    /// ([`Table::settled`]), then begin again.
-    Wait,
-    /// A live watchdog hold of the field was re-entered: nothing to send.
-    Reentered(Arc<WatchEntry>),
-    /// Send an acquire. `fresh`: the client holds nothing under the field (the script's
-    /// ARGV[4]).
-    Send {
-        fresh: bool,
-        in_flight: InFlightGuard,
-    },
-}
-
-/// What giving back one guard leaves to do (see [`Table::release_watched`]).
-pub(crate) enum Handback {
-    /// Another guard of the same watchdog hold remains: nothing to send.
-    Local,
-    /// The hold is known lost. `sweep`: no other request or hold of this client has the
-    /// field, so whatever Redis still keeps under it is this lost hold's (a renewal that
-    /// landed after the client gave up on the lease), and is deleted.
-    Lost { sweep: Option<InFlightGuard> },
-    /// Give back `holds` of the hash's count, setting `keep` as lease if holds remain.
-    Send { holds: u32, keep: Option<Duration> },
-}
-
 /// The per-client table of lock names.
 pub(crate) struct Table {
     names: Mutex<HashMap<Arc<str>, Entry>>,
@@ -201,176 +176,6 @@ impl Table {
     /// Runs `f` on the queue of `name` if there is an entry.
     pub(crate) fn peek_queue<R>(&self, name: &str, f: impl FnOnce(&Queue) -> R) -> Option<R> {
         self.names.lock().get(name).map(|e| f(&e.queue))
-    }
-
-    /// Starts an acquire of `(name, field)`. `reenter`: a live watchdog hold may be
-    /// re-entered without a request. `waited`: the caller already waited for earlier
-    /// requests of the field (as long as it may); it sends even if they are not done.
-    pub(crate) fn begin_acquire(
-        self: &Arc<Self>,
-        name: &Arc<str>,
-        field: &Arc<str>,
-        reenter: bool,
-        waited: bool,
-    ) -> Begin {
-        self.with_holder(name, field, |h, _| {
-            // What the client knows of this field's holds is only settled once its
-            // earlier requests are (see `InFlightGuard`).
-            if h.in_flight > 0 && !waited {
-                return Begin::Wait;
-            }
-            if let Some(w) = &mut h.watched {
-                if reenter && w.entry.live() {
-                    w.guards += 1;
-                    return Begin::Reentered(w.entry.clone());
-                }
-            }
-            self.start(h);
-            Begin::Send {
-                fresh: !h.holds(),
-                in_flight: self.guard(name, field),
-            }
-        })
-    }
-
-    /// Records a watchdog hold taken in Redis, confirmed until `until`.
-    pub(crate) fn add_watched(
-        &self,
-        name: &Arc<str>,
-        field: &Arc<str>,
-        until: Instant,
-        token: u64,
-    ) -> Arc<WatchEntry> {
-        self.with_holder(name, field, |h, _| {
-            let w = h.watched.get_or_insert_with(|| Watched {
-                guards: 0,
-                remote: 0,
-                entry: Arc::new(WatchEntry {
-                    name: name.clone(),
-                    field: field.clone(),
-                    lost: Signal::default(),
-                    token,
-                    valid_until: Mutex::new(until),
-                }),
-            });
-            w.guards += 1;
-            w.remote += 1;
-            w.entry.extend(until);
-            if w.entry.expired() {
-                // The reply was taken up after the lease it granted had run out (a future
-                // left unpolled that long): the lock may be someone else's already.
-                w.entry.lost.set();
-            }
-            w.entry.clone()
-        })
-    }
-
-    /// Records a fixed-lease hold taken in Redis.
-    pub(crate) fn add_fixed(&self, name: &Arc<str>, field: &Arc<str>) {
-        self.with_holder(name, field, |h, _| h.fixed += 1);
-    }
-
-    /// Gives back one watchdog guard of `entry`; `lost`: the guard found it lost.
-    pub(crate) fn release_watched(
-        self: &Arc<Self>,
-        entry: &Arc<WatchEntry>,
-        lost: bool,
-    ) -> Handback {
-        self.with_holder(&entry.name, &entry.field, |h, _| {
-            let ours = matches!(&h.watched, Some(w) if Arc::ptr_eq(&w.entry, entry));
-            if !ours {
-                // Dropped as lost (or force-unlocked) already; a newer entry is not ours.
-                return Handback::Lost {
-                    sweep: self.sweep(h, &entry.name, &entry.field),
-                };
-            }
-            let w = h.watched.as_mut().expect("checked above");
-            let plan = if w.guards == 1 {
-                let remote = w.remote;
-                h.watched = None;
-                Handback::Send {
-                    holds: remote,
-                    keep: None,
-                }
-            } else if w.guards > w.remote {
-                // Guards are interchangeable: one of the local re-entries ends.
-                w.guards -= 1;
-                Handback::Local
-            } else {
-                // Every guard took its hold in Redis (a fenced lock's re-entries).
-                w.guards -= 1;
-                w.remote -= 1;
-                Handback::Send {
-                    holds: 1,
-                    keep: Some(self.lease),
-                }
-            };
-            if lost {
-                return Handback::Lost {
-                    sweep: self.sweep(h, &entry.name, &entry.field),
-                };
-            }
-            plan
-        })
-    }
-
-    /// Gives back one fixed-lease guard; `expired`: its lease ran out.
-    pub(crate) fn release_fixed(
-        self: &Arc<Self>,
-        name: &Arc<str>,
-        field: &Arc<str>,
-        expired: bool,
-    ) -> Handback {
-        self.with_holder(name, field, |h, _| {
-            h.fixed = h.fixed.saturating_sub(1);
-            if expired {
-                // What the hash still counts for this field may be a newer hold of the
-                // same owner, which a release must not touch.
-                return Handback::Lost {
-                    sweep: self.sweep(h, name, field),
-                };
-            }
-            Handback::Send {
-                holds: 1,
-                keep: h.watched.is_some().then_some(self.lease),
-            }
-        })
-    }
-
-    /// Claims the field for a sweep if nothing else of this client uses it.
-    fn sweep(
-        self: &Arc<Self>,
-        h: &mut Holder,
-        name: &Arc<str>,
-        field: &Arc<str>,
-    ) -> Option<InFlightGuard> {
-        if !h.unused() {
-            return None;
-        }
-        self.start(h);
-        Some(self.guard(name, field))
-    }
-
-    /// Starts a release of `(name, field)`. If the client holds nothing more under the
-    /// field and `may_offer`, `offer` picks from the name's queue whom the lock goes to.
-    pub(crate) fn begin_release<O>(
-        self: &Arc<Self>,
-        name: &Arc<str>,
-        field: &Arc<str>,
-        may_offer: bool,
-        offer: impl FnOnce(&mut Queue) -> Option<O>,
-    ) -> (InFlightGuard, Option<O>) {
-        self.with_holder(name, field, |h, q| {
-            self.start(h);
-            // Holds this client still counts for the field make the release partial:
-            // offering the lock with it would only wake a waiter for nothing.
-            let plan = if may_offer && !h.holds() {
-                offer(q)
-            } else {
-                None
-            };
-            (self.guard(name, field), plan)
-        })
     }
 
     /// Records a request of `(name, field)` in flight until the guard is dropped.
@@ -559,5 +364,6 @@ impl Drop for InFlightGuard {
     }
 }
 
+mod holds;
 #[cfg(test)]
 mod tests;
