@@ -1,0 +1,430 @@
+//! `rlock`: look at and repair the locks of a Redis that redis-rlock or Redisson clients
+//! share. Built with `--features cli`.
+//!
+//! ```text
+//! rlock --url redis://127.0.0.1:6379 list 'orders:*'
+//! rlock inspect orders:42 --json
+//! rlock force-unlock orders:42
+//! rlock watch orders:42
+//! ```
+//!
+//! Exit codes: 0 done, 1 the lock was not there (`force-unlock`, `inspect`), 2 bad
+//! arguments, 3 Redis could not be reached or refused a command.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use redis::aio::MultiplexedConnection;
+use redis_rlock::protocol::{channel_name, token_key};
+
+#[derive(Parser)]
+#[command(
+    name = "rlock",
+    version,
+    about = "Inspect and repair Redisson-layout locks"
+)]
+struct Cli {
+    /// Redis URL (`redis://`, or `rediss://` with the `tls-rustls` feature). Default:
+    /// `$REDIS_URL`, else redis://127.0.0.1:6379.
+    #[arg(long, global = true)]
+    url: Option<String>,
+    /// Sentinel addresses (`host:port`, repeatable); the master named by `--master` is used.
+    #[arg(long = "sentinel", global = true)]
+    sentinels: Vec<String>,
+    /// The master's name at the sentinels.
+    #[arg(long, global = true, default_value = "mymaster")]
+    master: String,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Locks whose names match PATTERN (a SCAN pattern; default `*`): holder, holds, TTL.
+    List { pattern: Option<String> },
+    /// One lock: holders and hold counts, TTL, subscribed waiters, fencing counter, and
+    /// the queue of a fair lock.
+    Inspect { name: String },
+    /// Deletes the lock and publishes its unlock message, so that waiters wake.
+    ForceUnlock { name: String },
+    /// Prints acquisitions, releases, renewals and waiter counts as they happen, until
+    /// interrupted (or for `--for` seconds).
+    Watch {
+        name: String,
+        /// Stop after this many seconds.
+        #[arg(long = "for")]
+        seconds: Option<u64>,
+    },
+}
+
+/// What a lock hash holds, read in one go.
+#[derive(Default, PartialEq)]
+struct Snapshot {
+    exists: bool,
+    holders: BTreeMap<String, i64>,
+    /// A read-write lock's `mode` field.
+    mode: Option<String>,
+    ttl_ms: i64,
+}
+
+fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("rlock: {msg}");
+    ExitCode::from(code)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let url = match resolve_url(&cli).await {
+        Ok(u) => u,
+        Err(e) => return fail(3, e),
+    };
+    let mut conn = match connect(&url).await {
+        Ok(c) => c,
+        Err(e) => return fail(3, format!("cannot reach {}: {e}", redact(&url))),
+    };
+    let outcome = match &cli.command {
+        Command::List { pattern } => {
+            list(&mut conn, pattern.as_deref().unwrap_or("*"), cli.json).await
+        }
+        Command::Inspect { name } => inspect(&mut conn, name, cli.json).await,
+        Command::ForceUnlock { name } => force_unlock(&url, name, cli.json).await,
+        Command::Watch { name, seconds } => watch(&url, &mut conn, name, *seconds, cli.json).await,
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => fail(3, e),
+    }
+}
+
+/// The URL to use: the master the sentinels name, or `--url`, `$REDIS_URL`, the default.
+async fn resolve_url(cli: &Cli) -> Result<String, String> {
+    let base = cli
+        .url
+        .clone()
+        .or_else(|| std::env::var("REDIS_URL").ok())
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_string());
+    if cli.sentinels.is_empty() {
+        return Ok(base);
+    }
+    for s in &cli.sentinels {
+        let Ok(client) = redis::Client::open(format!("redis://{s}")) else {
+            continue;
+        };
+        let Ok(mut c) = connect_client(&client).await else {
+            continue;
+        };
+        let addr: redis::RedisResult<Option<(String, u16)>> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&cli.master)
+            .query_async(&mut c)
+            .await;
+        if let Ok(Some((host, port))) = addr {
+            return Ok(format!("redis://{host}:{port}"));
+        }
+    }
+    Err(format!(
+        "no sentinel of {:?} named a master called {:?}",
+        cli.sentinels, cli.master
+    ))
+}
+
+async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
+    connect_client(&redis::Client::open(url)?).await
+}
+
+async fn connect_client(client: &redis::Client) -> redis::RedisResult<MultiplexedConnection> {
+    let cfg = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(3)))
+        .set_response_timeout(Some(Duration::from_secs(5)));
+    client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
+        _ => url.to_string(),
+    }
+}
+
+/// Whether a hash field looks like a holder: `<uuid>:<owner id>` (a write holder of a
+/// read-write lock ends in `:write`).
+fn is_holder_field(field: &str) -> bool {
+    let Some((uuid, rest)) = field.split_at_checked(36) else {
+        return false;
+    };
+    uuid.len() == 36
+        && uuid.bytes().filter(|b| *b == b'-').count() == 4
+        && uuid.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit())
+        && rest.starts_with(':')
+        && rest.len() > 1
+}
+
+async fn snapshot(conn: &mut MultiplexedConnection, name: &str) -> redis::RedisResult<Snapshot> {
+    let (kind, all, ttl): (String, BTreeMap<String, String>, i64) = redis::pipe()
+        .cmd("TYPE")
+        .arg(name)
+        .cmd("HGETALL")
+        .arg(name)
+        .ignore_errors()
+        .cmd("PTTL")
+        .arg(name)
+        .query_async(conn)
+        .await
+        .or_else(|_| Ok::<_, redis::RedisError>((String::new(), BTreeMap::new(), -2)))?;
+    let mut s = Snapshot {
+        exists: kind == "hash",
+        ttl_ms: ttl,
+        ..Default::default()
+    };
+    for (field, value) in all {
+        if field == "mode" {
+            s.mode = Some(value);
+        } else if is_holder_field(&field) {
+            if let Ok(n) = value.parse() {
+                s.holders.insert(field, n);
+            }
+        }
+    }
+    Ok(s)
+}
+
+fn ttl_text(ms: i64) -> String {
+    match ms {
+        -1 => "no expiry".to_string(),
+        ms if ms < 0 => "-".to_string(),
+        ms => format!("{:.3} s", ms as f64 / 1000.0),
+    }
+}
+
+fn snapshot_json(name: &str, s: &Snapshot) -> serde_json::Value {
+    serde_json::json!({
+        "name": name,
+        "exists": s.exists,
+        "mode": s.mode,
+        "holders": s.holders.iter().map(|(f, n)| serde_json::json!({"field": f, "holds": n})).collect::<Vec<_>>(),
+        "ttl_ms": if s.ttl_ms >= 0 { Some(s.ttl_ms) } else { None },
+    })
+}
+
+async fn list(conn: &mut MultiplexedConnection, pattern: &str, json: bool) -> Result<u8, String> {
+    let mut names = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .arg("TYPE")
+            .arg("hash")
+            .query_async(conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        names.extend(batch);
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    names.sort();
+    let mut rows = Vec::new();
+    for name in names {
+        let s = snapshot(conn, &name).await.map_err(|e| e.to_string())?;
+        if !s.holders.is_empty() {
+            rows.push((name, s));
+        }
+    }
+    if json {
+        let v: Vec<_> = rows.iter().map(|(n, s)| snapshot_json(n, s)).collect();
+        println!("{}", serde_json::Value::Array(v));
+    } else {
+        for (name, s) in &rows {
+            for (field, holds) in &s.holders {
+                let mode = s
+                    .mode
+                    .as_deref()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default();
+                println!(
+                    "{name}{mode}\t{field}\tholds {holds}\tttl {}",
+                    ttl_text(s.ttl_ms)
+                );
+            }
+        }
+    }
+    Ok(0)
+}
+
+async fn inspect(conn: &mut MultiplexedConnection, name: &str, json: bool) -> Result<u8, String> {
+    let s = snapshot(conn, name).await.map_err(|e| e.to_string())?;
+    let channel = channel_name(name);
+    let (numsub, token, queue): (Vec<(String, i64)>, Option<i64>, Vec<String>) = redis::pipe()
+        .cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(&channel)
+        .cmd("GET")
+        .arg(token_key(name))
+        .ignore_errors()
+        .cmd("LRANGE")
+        .arg(format!("redisson_lock_queue:{{{name}}}"))
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .or_else(|_| Ok::<_, redis::RedisError>((Vec::new(), None, Vec::new())))
+        .map_err(|e: redis::RedisError| e.to_string())?;
+    let waiters = numsub.first().map_or(0, |(_, n)| *n);
+    if json {
+        let mut v = snapshot_json(name, &s);
+        v["channel"] = channel.clone().into();
+        v["subscribers"] = waiters.into();
+        v["fencing_token"] = token.into();
+        v["fair_queue"] = queue.clone().into();
+        println!("{v}");
+    } else {
+        println!("lock      {name}");
+        if !s.exists {
+            println!("state     not held");
+        } else {
+            if let Some(m) = &s.mode {
+                println!("mode      {m}");
+            }
+            for (field, holds) in &s.holders {
+                println!("holder    {field} (holds {holds})");
+            }
+            println!("ttl       {}", ttl_text(s.ttl_ms));
+        }
+        println!("channel   {channel} ({waiters} subscribed clients)");
+        if let Some(t) = token {
+            println!("fencing   last token {t}");
+        }
+        for (i, q) in queue.iter().enumerate() {
+            println!("queue {i:>3} {q}");
+        }
+    }
+    Ok(if s.exists { 0 } else { 1 })
+}
+
+async fn force_unlock(url: &str, name: &str, json: bool) -> Result<u8, String> {
+    // The library's own force unlock: it deletes only a lock hash and publishes the
+    // unlock message in the same script, so waiters of any client wake at once.
+    let client = redis_rlock::Client::connect(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let deleted = client
+        .lock(name)
+        .force_unlock()
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = client.shutdown().await;
+    if json {
+        println!("{}", serde_json::json!({"name": name, "deleted": deleted}));
+    } else if deleted {
+        println!("{name}: deleted, waiters woken");
+    } else {
+        println!("{name}: not held");
+    }
+    Ok(if deleted { 0 } else { 1 })
+}
+
+async fn watch(
+    url: &str,
+    conn: &mut MultiplexedConnection,
+    name: &str,
+    seconds: Option<u64>,
+    json: bool,
+) -> Result<u8, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
+    pubsub
+        .subscribe(channel_name(name))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut messages = pubsub.on_message();
+    let until = seconds.map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+    let mut last = snapshot(conn, name).await.map_err(|e| e.to_string())?;
+    let mut last_waiters = -1;
+    let emit = |event: &str, detail: String| {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"name": name, "event": event, "detail": detail})
+            );
+        } else {
+            println!("{name}\t{event}\t{detail}");
+        }
+    };
+    emit("state", describe(&last));
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        if until.is_some_and(|u| tokio::time::Instant::now() >= u) {
+            return Ok(0);
+        }
+        tokio::select! {
+            m = futures_util::StreamExt::next(&mut messages) => {
+                if let Some(m) = m {
+                    let payload: String = m.get_payload().unwrap_or_default();
+                    emit("published", format!("message {payload:?} (a release)"));
+                }
+            }
+            _ = tick.tick() => {}
+        }
+        let now = snapshot(conn, name).await.map_err(|e| e.to_string())?;
+        for (field, holds) in &now.holders {
+            match last.holders.get(field) {
+                None => emit("acquired", format!("{field} holds {holds}")),
+                Some(n) if n != holds => emit("holds", format!("{field} {n} -> {holds}")),
+                _ => {}
+            }
+        }
+        for field in last.holders.keys() {
+            if !now.holders.contains_key(field) {
+                emit("released", field.clone());
+            }
+        }
+        if now.holders == last.holders && now.ttl_ms > last.ttl_ms + 50 && last.ttl_ms > 0 {
+            emit("renewed", format!("ttl {}", ttl_text(now.ttl_ms)));
+        }
+        let waiters = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel_name(name))
+            .query_async::<Vec<(String, i64)>>(conn)
+            .await
+            .ok()
+            .and_then(|v| v.first().map(|(_, n)| *n - 1))
+            .unwrap_or(0);
+        if waiters != last_waiters {
+            emit("waiters", format!("{waiters} other subscribed clients"));
+            last_waiters = waiters;
+        }
+        last = now;
+    }
+}
+
+fn describe(s: &Snapshot) -> String {
+    if s.holders.is_empty() {
+        return "free".to_string();
+    }
+    let holders: Vec<String> = s.holders.iter().map(|(f, n)| format!("{f} x{n}")).collect();
+    format!(
+        "held by {} (ttl {})",
+        holders.join(", "),
+        ttl_text(s.ttl_ms)
+    )
+}

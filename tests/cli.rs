@@ -1,0 +1,138 @@
+//! The `rlock` ops binary against a real server: what it lists and shows of locks the
+//! library holds, force-unlock waking a waiter at once, and its exit codes.
+#![cfg(feature = "cli")]
+
+mod common;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use redis_rlock::Client;
+
+fn rlock(s: &RedisServer, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rlock"))
+        .arg("--url")
+        .arg(s.url())
+        .args(args)
+        .output()
+        .expect("the rlock binary runs")
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_inspect_show_the_holder_its_holds_and_ttl() {
+    let s = RedisServer::start();
+    let c = Client::connect(s.url()).await.unwrap();
+    let outer = c.lock("cli:orders:1").lock().await.unwrap();
+    let fixed = c
+        .lock("cli:orders:1")
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let other = c.lock("cli:other").lock().await.unwrap();
+    let _: () = s.cmd(&["HSET", "cli:not-a-lock", "a", "1"]);
+
+    let out = rlock(&s, &["list", "cli:orders:*"]);
+    assert_eq!(out.status.code(), Some(0));
+    let listed = text(&out);
+    assert!(listed.contains("cli:orders:1"), "{listed}");
+    assert!(listed.contains(outer.holder_field()), "{listed}");
+    assert!(listed.contains("holds 2"), "{listed}");
+    assert!(
+        !listed.contains("cli:other"),
+        "the pattern was ignored: {listed}"
+    );
+
+    let all = text(&rlock(&s, &["list", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&all).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["cli:orders:1", "cli:other"],
+        "a plain hash is no lock"
+    );
+
+    let out = rlock(&s, &["inspect", "cli:orders:1", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_str(&text(&out)).unwrap();
+    assert_eq!(v["holders"][0]["field"], outer.holder_field());
+    assert_eq!(v["holders"][0]["holds"], 2);
+    let ttl = v["ttl_ms"].as_i64().unwrap();
+    assert!(ttl > 50_000 && ttl <= 60_000, "ttl {ttl}");
+    assert_eq!(v["channel"], "redisson_lock__channel:{cli:orders:1}");
+
+    let out = rlock(&s, &["inspect", "cli:free"]);
+    assert_eq!(out.status.code(), Some(1), "a lock not held");
+    assert!(text(&out).contains("not held"));
+    fixed.unlock().await.unwrap();
+    outer.unlock().await.unwrap();
+    other.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_wakes_a_waiter_at_once() {
+    let s = RedisServer::start();
+    let holder = Client::connect(s.url()).await.unwrap();
+    let waiter = Client::connect(s.url()).await.unwrap();
+    let g = holder
+        .lock("cli:stuck")
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lock = waiter.lock("cli:stuck");
+    let waiting = tokio::spawn(async move {
+        let g = lock.lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished());
+    let forced = Instant::now();
+    let out = tokio::task::spawn_blocking({
+        let url = s.url();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_rlock"))
+                .args(["--url", &url, "force-unlock", "cli:stuck"])
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter slept on after the force unlock")
+        .unwrap();
+    assert!(
+        got.duration_since(forced) < Duration::from_secs(5),
+        "woken by the lease, not the message"
+    );
+    assert_eq!(
+        rlock(&s, &["force-unlock", "cli:stuck"]).status.code(),
+        Some(1)
+    );
+    assert!(g.unlock().await.is_err(), "the old guard still held");
+}
+
+#[test]
+fn bad_arguments_and_an_unreachable_server_have_their_own_codes() {
+    let s = RedisServer::start();
+    assert_eq!(rlock(&s, &["no-such-command"]).status.code(), Some(2));
+    let out = Command::new(env!("CARGO_BIN_EXE_rlock"))
+        .args(["--url", "redis://127.0.0.1:1", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach"));
+}
