@@ -227,10 +227,16 @@ impl Table {
                 let done = notify.notified();
                 tokio::pin!(done);
                 done.as_mut().enable();
-                if self.peek(name, field, |h| h.in_flight).unwrap_or(0) == 0 {
-                    return;
+                let now = self.peek(name, field, |h| {
+                    let ours = h.settled.as_ref().is_some_and(|n| Arc::ptr_eq(n, &notify));
+                    (h.in_flight, ours)
+                });
+                match now {
+                    None | Some((0, _)) => return,
+                    // Settled and started again in between: wait on the new round's signal.
+                    Some((_, false)) => continue,
+                    Some((_, true)) => done.await,
                 }
-                done.await;
             }
         };
         let _ = tokio::time::timeout(limit, wait).await;
