@@ -16,8 +16,11 @@ pub use crate::config::{
 use crate::connection::{connect_error, open_client, Conn};
 use crate::error::{Error, Result};
 use crate::janitor::Janitor;
+use crate::latch::CountDownLatch;
 use crate::lock::Lock;
+use crate::permits::PermitExpirableSemaphore;
 use crate::pubsub::PubSubHub;
+use crate::semaphore::Semaphore;
 use crate::services::ClientInner;
 use crate::table::Table;
 use crate::watchdog::Watchdog;
@@ -413,6 +416,28 @@ impl Client {
     /// [`LockGuard::fencing_token`]: crate::LockGuard::fencing_token
     pub fn fenced_lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.inner.clone(), name.into(), true)
+    }
+
+    /// A handle to the semaphore named `name`, in Redisson's `RSemaphore` layout (the
+    /// key `<name>` holds the available permits; channel `redisson_sc:{<name>}`). Nothing
+    /// is sent until it is used; the name is checked then.
+    pub fn semaphore(&self, name: impl Into<String>) -> Semaphore {
+        Semaphore::new(self.inner.clone(), name.into())
+    }
+
+    /// A handle to the permit-expirable semaphore named `name`, in Redisson's
+    /// `RPermitExpirableSemaphore` layout (the count at `<name>`, the leases in
+    /// `{<name>}:timeout`, channel `redisson_sc:{<name>}`). Nothing is sent until it is
+    /// used.
+    pub fn permit_expirable_semaphore(&self, name: impl Into<String>) -> PermitExpirableSemaphore {
+        PermitExpirableSemaphore::new(self.inner.clone(), name.into())
+    }
+
+    /// A handle to the count-down latch named `name`, in Redisson's `RCountDownLatch`
+    /// layout (the count at `<name>`, channel
+    /// `redisson_countdownlatch__channel__{<name>}`). Nothing is sent until it is used.
+    pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
+        CountDownLatch::new(self.inner.clone(), name.into())
     }
 
     /// This client's UUID, the first half of every holder field it writes.

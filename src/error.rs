@@ -43,12 +43,54 @@ pub enum Error {
         max: Duration,
     },
 
+    /// A permit or count argument of a semaphore or latch was refused before anything
+    /// was sent: 0 permits to acquire or release (Redisson treats 0 as "nothing to do";
+    /// here it is almost always a bug), or a latch count of 0.
+    #[error("invalid {what} {value}: {reason}")]
+    InvalidCount {
+        /// Which argument: "permits", "count".
+        what: &'static str,
+        /// The rejected value.
+        value: i64,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
+    /// A release into a semaphore that does not exist (never set, deleted, or expired).
+    /// Nothing was written: Redisson's `release` would create the key with the released
+    /// permits, bringing a deleted semaphore back with a wrong count. Use
+    /// [`Semaphore::add_permits`](crate::Semaphore::add_permits) to create one on purpose.
+    #[error("semaphore `{name}` does not exist; nothing was released")]
+    NoSuchSemaphore {
+        /// The semaphore's name.
+        name: String,
+    },
+
+    /// A permit of a permit-expirable semaphore is not held: its id is unknown, it was
+    /// released already, or its lease ended (it is then back among the available ones).
+    #[error("permit `{id}` of semaphore `{name}` is not held (released, expired or unknown)")]
+    PermitNotHeld {
+        /// The semaphore's name.
+        name: String,
+        /// The permit's id, in hex.
+        id: String,
+    },
+
+    /// A permit id that is not hex of an even length (Redisson's ids are 32 hex digits
+    /// for 16 bytes).
+    #[error("permit id `{id}` is not an even number of hex digits")]
+    InvalidPermitId {
+        /// The rejected id.
+        id: String,
+    },
+
     /// A client setting was rejected.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
 
-    /// The key at the lock's name holds a value that is not a hash.
-    #[error("key `{key}` holds a value of another type than a lock hash (WRONGTYPE)")]
+    /// The key at the lock's name holds a value that is not a hash (or, for a
+    /// semaphore or latch, a string that is not an integer count).
+    #[error("key `{key}` holds a value of another type than the lock, semaphore or latch expects (WRONGTYPE)")]
     WrongType {
         /// The key.
         key: String,

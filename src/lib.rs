@@ -54,16 +54,21 @@ mod handover;
 mod identity;
 mod inflight;
 mod janitor;
+mod latch;
 mod lock;
 mod multi;
+mod permits;
 mod pubsub;
 mod query;
 mod queue;
 mod raw;
 mod release;
 mod scripts;
+mod semaphore;
 mod services;
 mod slot;
+mod sync_raw;
+mod sync_wait;
 mod table;
 mod target;
 mod watchdog;
@@ -78,13 +83,20 @@ pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use handover::{DEFAULT_HANDOVER_LIMIT, DEFAULT_HANDOVER_WINDOW};
 pub use identity::OwnerId;
+pub use latch::CountDownLatch;
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock, RedLock};
+pub use permits::{Permit, PermitExpirableSemaphore};
+pub use semaphore::Semaphore;
 
 /// Wire-level names of the lock layout (Redisson's), for tools that inspect or drive
 /// locks by hand; `docs/protocol.md` ([`docs::protocol`]) specifies them.
 pub mod protocol {
     pub use crate::raw::{channel_name, token_key, UNLOCK_MESSAGE};
+    pub use crate::sync_raw::{
+        latch_channel, permit_timeout_key, semaphore_channel, LATCH_NEW_COUNT_MESSAGE,
+        LATCH_ZERO_MESSAGE,
+    };
     pub use crate::watchdog::BATCH as RENEW_BATCH;
 }
 

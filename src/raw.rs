@@ -20,7 +20,7 @@ pub const UNLOCK_MESSAGE: &str = "0";
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
 /// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster
 /// slot, except for names with braces that form no tag (see [`cluster_safe`]).
-fn prefixed(prefix: &str, name: &str) -> String {
+pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     // Redisson tests for any `{`; a `{` that opens no tag (`a{b`) would then leave the
     // prefixed key in another slot, so only a real tag counts here.
     if has_hash_tag(name.as_bytes()) {

@@ -60,6 +60,52 @@ pub(crate) static FORCE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
     })
 });
 
+/// Takes semaphore permits (`lua/semaphore_acquire.lua`).
+pub(crate) static SEMAPHORE_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(include_str!("../lua/semaphore_acquire.lua"), |v| {
+        *v == Value::Int(1)
+    })
+});
+/// Gives or adds semaphore permits (`lua/semaphore_release.lua`).
+pub(crate) static SEMAPHORE_RELEASE: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(include_str!("../lua/semaphore_release.lua"), |v| {
+        *v != Value::Nil
+    })
+});
+/// Sets a semaphore's permits if absent (`lua/semaphore_set.lua`).
+pub(crate) static SEMAPHORE_SET: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(include_str!("../lua/semaphore_set.lua"), |v| {
+        *v == Value::Int(1)
+    })
+});
+/// Drains a semaphore (`lua/semaphore_drain.lua`).
+pub(crate) static SEMAPHORE_DRAIN: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(include_str!("../lua/semaphore_drain.lua"), |v| {
+        *v != Value::Int(0)
+    })
+});
+/// Takes expirable permits (`lua/permit_acquire.lua`).
+pub(crate) static PERMIT_ACQUIRE: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/permit_acquire.lua"), |_| true));
+/// Gives expirable permits back (`lua/permit_release.lua`).
+pub(crate) static PERMIT_RELEASE: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/permit_release.lua"), |_| true));
+/// Renews a permit's lease (`lua/permit_update.lua`).
+pub(crate) static PERMIT_UPDATE: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/permit_update.lua"), |_| true));
+/// Counts expirable permits (`lua/permit_available.lua`).
+pub(crate) static PERMIT_AVAILABLE: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/permit_available.lua"), |_| true));
+/// Counts a latch down (`lua/latch_count_down.lua`).
+pub(crate) static LATCH_COUNT_DOWN: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/latch_count_down.lua"), |_| true));
+/// Sets a latch's count if absent (`lua/latch_set.lua`).
+pub(crate) static LATCH_SET: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(include_str!("../lua/latch_set.lua"), |v| {
+        *v == Value::Int(1)
+    })
+});
+
 /// Keys and arguments for one script call. Owns its data so the call can outlive the
 /// caller's future (a request finished in the background after its caller left).
 pub(crate) struct ScriptCall {
@@ -116,7 +162,22 @@ mod tests {
 
     #[test]
     fn hashes_are_sha1_hex() {
-        for s in [&*ACQUIRE, &*UNLOCK, &*RENEW, &*FORCE_UNLOCK] {
+        for s in [
+            &*ACQUIRE,
+            &*UNLOCK,
+            &*RENEW,
+            &*FORCE_UNLOCK,
+            &*SEMAPHORE_ACQUIRE,
+            &*SEMAPHORE_RELEASE,
+            &*SEMAPHORE_SET,
+            &*SEMAPHORE_DRAIN,
+            &*PERMIT_ACQUIRE,
+            &*PERMIT_RELEASE,
+            &*PERMIT_UPDATE,
+            &*PERMIT_AVAILABLE,
+            &*LATCH_COUNT_DOWN,
+            &*LATCH_SET,
+        ] {
             assert_eq!(s.sha.len(), 40);
             assert!(s.sha.chars().all(|c| c.is_ascii_hexdigit()));
         }
