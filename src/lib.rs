@@ -45,6 +45,7 @@ struct ReadmeDoctests;
 mod acquire;
 mod attempt;
 mod background;
+mod builder;
 mod client;
 mod config;
 mod connection;

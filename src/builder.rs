@@ -1,0 +1,150 @@
+//! `ClientBuilder`: a client's settings, set one by one before it connects. What
+//! [`build`](ClientBuilder::build) does with them is in `client.rs`.
+
+use std::time::Duration;
+
+use crate::config::{Config, Deployment, ReplicaSync, ShardedPubSub};
+
+/// Builds a [`Client`](crate::Client) with non-default settings.
+///
+/// ```no_run
+/// # async fn demo() -> redis_rlock::Result<()> {
+/// use std::time::Duration;
+/// let client = redis_rlock::Client::builder("redis://127.0.0.1:6379")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .response_timeout(Duration::from_secs(1))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ClientBuilder {
+    pub(crate) deployment: Deployment,
+    pub(crate) config: Config,
+}
+
+impl ClientBuilder {
+    /// The lease of locks taken without an explicit lease. The watchdog renews them every
+    /// third of it while they are held. Default 30 s.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.config.watchdog_timeout = timeout;
+        self
+    }
+
+    /// The time allowed to open a connection (commands and pub/sub). Default 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// The time allowed for Redis to answer one command. Default 3 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.config.response_timeout = timeout;
+        self
+    }
+
+    /// Replica sync after writes. Default: [`ReplicaSync::default_wait`] for Sentinel
+    /// and Cluster, [`ReplicaSync::Off`] for a single server.
+    pub fn replica_sync(mut self, sync: ReplicaSync) -> Self {
+        self.config.replica_sync = Some(sync);
+        self
+    }
+
+    /// Sharded pub/sub on a cluster. Default [`ShardedPubSub::Auto`]; ignored elsewhere.
+    pub fn sharded_pubsub(mut self, mode: ShardedPubSub) -> Self {
+        self.config.sharded_pubsub = mode;
+        self
+    }
+
+    /// Reaches a node that the sentinels announce as `from` at `to` instead, for
+    /// clients behind NAT or port mapping (Redisson's `natMapper`). May be given more
+    /// than once.
+    pub fn map_address(mut self, from: (&str, u16), to: (&str, u16)) -> Self {
+        self.config
+            .address_map
+            .push(((from.0.to_string(), from.1), (to.0.to_string(), to.1)));
+        self
+    }
+
+    /// How long a task that is already waiting for a lock keeps retrying through
+    /// transient errors (a failover, a reconnect) before it gives up with the error.
+    /// Default 10 s. The first attempt of a call never retries this way: it reports
+    /// an unreachable Redis at once.
+    pub fn retry_window(mut self, window: Duration) -> Self {
+        self.config.retry_window = window;
+        self
+    }
+
+    /// How many times in a row a released lock may be handed straight to a task of this
+    /// client that waits for it, before a release is published to every waiter again.
+    /// Default [`DEFAULT_HANDOVER_LIMIT`](crate::DEFAULT_HANDOVER_LIMIT); 0 turns
+    /// hand-over off.
+    ///
+    /// A hand-over saves the waiter its wake-up message and its acquire: the unlock
+    /// script writes the waiter's field and the unlock's reply is the grant. Among this
+    /// client's waiters it goes oldest first. The limit, with
+    /// [`handover_window`](Self::handover_window), is what keeps waiters of other
+    /// clients, which only hear published releases, from starving. Hand-over is not
+    /// used with [`ReplicaSync::Wait`] (the default on Sentinel and Cluster), where a
+    /// grant would need a replica's acknowledgement.
+    pub fn handover_limit(mut self, limit: u32) -> Self {
+        self.config.handover_limit = limit;
+        self
+    }
+
+    /// How long a run of hand-overs on one name may last, counted from its first; the
+    /// first release after that is published. Default
+    /// [`DEFAULT_HANDOVER_WINDOW`](crate::DEFAULT_HANDOVER_WINDOW). Together with
+    /// [`handover_limit`](Self::handover_limit) it bounds how long waiters of other
+    /// clients wait behind this client's tasks: with locks held for milliseconds the
+    /// window ends a run after a few hand-overs; with locks held for microseconds the
+    /// count does.
+    pub fn handover_window(mut self, window: Duration) -> Self {
+        self.config.handover_window = window;
+        self
+    }
+
+    /// Trusts the CA certificates in `pem` (PEM, one or more) for `rediss://`
+    /// connections, instead of the system's trust store. Certificates given in several
+    /// calls are all trusted. Applies to every connection of the client: commands,
+    /// pub/sub, sentinels and the master they name, and every cluster node.
+    ///
+    /// Needs the `tls-rustls` feature. The server's certificate must name the host of
+    /// the URL (a DNS name, or an IP address SAN for `rediss://127.0.0.1`).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `pem` holds no
+    /// usable certificate, when a URL of the client is not `rediss://`, or when the
+    /// server's certificate is not signed by these CAs.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls_root_cert(mut self, pem: impl AsRef<[u8]>) -> Self {
+        let roots = self.config.tls.root_cert.get_or_insert_with(Vec::new);
+        roots.extend_from_slice(pem.as_ref());
+        // PEM blocks must start on a line of their own.
+        roots.push(b'\n');
+        self
+    }
+
+    /// Presents this certificate (PEM, the chain from the client's own certificate
+    /// up) and private key (PEM: PKCS#8, PKCS#1 or SEC1) to servers that ask for
+    /// one (`tls-auth-clients yes`): mutual TLS. Replaces an earlier pair. Applies to
+    /// every connection of the client, as [`tls_root_cert`](Self::tls_root_cert) does.
+    ///
+    /// Needs the `tls-rustls` feature.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`Error::InvalidConfig`](crate::Error::InvalidConfig) when the certificate
+    /// or key cannot be read or do not belong together, when a URL of the client is not
+    /// `rediss://`, or when the server refuses the certificate.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl AsRef<[u8]>,
+        key_pem: impl AsRef<[u8]>,
+    ) -> Self {
+        self.config.tls.client_cert = Some((cert_pem.as_ref().to_vec(), key_pem.as_ref().to_vec()));
+        self
+    }
+}
