@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
+use redis::aio::MultiplexedConnection;
 use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
@@ -27,11 +29,13 @@ use crate::config::{Config, Deployment, ReplicaSync, ShardedPubSub};
 use crate::error::{Error, Result};
 use crate::slot::key_slot;
 
+mod lanes;
 mod open;
 mod sentinel;
 
-use open::connect_manager;
+use lanes::Lanes;
 pub(crate) use open::{cluster_client, connect_error, open_client};
+use open::{connect_manager, open_lane};
 use sentinel::parse_master_role;
 pub(crate) use sentinel::SentinelMaster;
 
@@ -45,10 +49,21 @@ pub(crate) struct Conn {
     sharded: bool,
 }
 
+#[allow(clippy::large_enum_variant)]
 enum Backend {
-    Single(ConnectionManager),
+    Single {
+        manager: ConnectionManager,
+        client: redis::Client,
+        config: Config,
+        lanes: Lanes<MultiplexedConnection>,
+    },
     Sentinel(Arc<SentinelMaster>),
-    Cluster(ClusterConnection, Arc<ClusterReplicas>),
+    Cluster {
+        conn: ClusterConnection,
+        replicas: Arc<ClusterReplicas>,
+        client: ClusterClient,
+        lanes: Lanes<ClusterConnection>,
+    },
 }
 
 /// How many healthy replicas serve each slot, from `CLUSTER SLOTS`, refreshed in the
@@ -120,7 +135,12 @@ impl Conn {
                     Some(c) => c.clone(),
                     None => open_client(url, &config.tls)?,
                 };
-                Backend::Single(connect_manager(client, config).await?)
+                Backend::Single {
+                    manager: connect_manager(client.clone(), config).await?,
+                    client,
+                    config: config.clone(),
+                    lanes: Lanes::new(),
+                }
             }
             Deployment::Sentinel {
                 sentinels,
@@ -147,7 +167,12 @@ impl Conn {
                     runtime,
                     scan_cluster(conn.clone(), Arc::downgrade(&replicas)),
                 );
-                Backend::Cluster(conn, replicas)
+                Backend::Cluster {
+                    conn,
+                    replicas,
+                    client,
+                    lanes: Lanes::new(),
+                }
             }
         };
         let sync = match (deployment, &config.replica_sync) {
@@ -158,8 +183,8 @@ impl Conn {
             (_, None) => ReplicaSync::default_wait(),
         };
         let sharded = match (&backend, config.sharded_pubsub) {
-            (Backend::Cluster(..), ShardedPubSub::On) => true,
-            (Backend::Cluster(c, _), ShardedPubSub::Auto) => {
+            (Backend::Cluster { .. }, ShardedPubSub::On) => true,
+            (Backend::Cluster { conn: c, .. }, ShardedPubSub::Auto) => {
                 // Redis before 7.0 does not know the subcommand.
                 let probe = redis::cmd("PUBSUB").arg("SHARDNUMSUB").clone();
                 matches!(
@@ -192,7 +217,7 @@ impl Conn {
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(*self.backend, Backend::Cluster(..))
+        matches!(*self.backend, Backend::Cluster { .. })
     }
 
     pub(crate) fn sync(&self) -> &ReplicaSync {
@@ -210,8 +235,8 @@ impl Conn {
     /// Sends one command and returns its reply; server errors become `Err`.
     pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         let reply = match &*self.backend {
-            Backend::Single(m) => m.clone().send_packed_command(cmd).await,
-            Backend::Cluster(c, _) => c.clone().req_packed_command(cmd).await,
+            Backend::Single { manager, .. } => manager.clone().send_packed_command(cmd).await,
+            Backend::Cluster { conn, .. } => conn.clone().req_packed_command(cmd).await,
             Backend::Sentinel(s) => return s.query(cmd).await,
         };
         // Server errors arrive as values; make them errors here, once for all callers.
@@ -239,7 +264,17 @@ impl Conn {
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone()).add_command(wait);
         let replies = match &*self.backend {
-            Backend::Single(m) => m.clone().send_packed_commands(&pipe, 0, 2).await,
+            Backend::Single {
+                client,
+                config,
+                lanes,
+                ..
+            } => {
+                let mut lane = lanes.take(|| open_lane(client, config)).await?;
+                let replies = lane.conn().send_packed_commands(&pipe, 0, 2).await?;
+                lane.keep();
+                Ok(replies)
+            }
             Backend::Sentinel(s) => {
                 // A cached zero may be stale (a fresh master gains replicas within
                 // seconds of a failover), so it is checked before WAIT is skipped.
@@ -248,25 +283,57 @@ impl Conn {
                 }
                 s.query_pipeline(&pipe).await
             }
-            Backend::Cluster(c, replicas) => {
+            Backend::Cluster {
+                replicas,
+                client,
+                lanes,
+                ..
+            } => {
                 // Two steps, not a pipeline: a pipeline sent to a fixed node does not
                 // follow MOVED, and a WAIT after a write-less reply (a busy lock) would
-                // only block the node's shared connection. Both go to the slot's master
-                // over redis-rs's one connection per node, so WAIT counts the write.
-                let reply = self.query(cmd).await?;
+                // only hold the lane up. Both go to the slot's master over the lane's
+                // one connection per node, so WAIT counts the write.
+                let mut lane = lanes.take(|| client.get_async_connection()).await?;
+                let reply = lane
+                    .conn()
+                    .req_packed_command(cmd)
+                    .await
+                    .and_then(|v| v.extract_error())?;
                 if !wrote(&reply) {
+                    lane.keep();
                     return Ok((reply, Synced::NotAsked));
                 }
+                // ROLE goes over the lane too: its slot map is the one that just found
+                // the slot's master (the shared connection may not have followed a
+                // failover yet, having sent nothing to that slot since).
                 let slot = key_slot(key);
-                if replicas.of(slot) == 0 && !self.has_replicas(key).await {
+                if replicas.of(slot) == 0
+                    && !cluster_has_replicas(lane.conn(), replicas, slot).await
+                {
+                    lane.keep();
                     return Ok((reply, Synced::NotAsked));
                 }
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-                let acked = c
-                    .clone()
+                let acked = lane
+                    .conn()
                     .route_command(wait_cmd, RoutingInfo::SingleNode(route))
-                    .await?;
-                Ok(vec![reply, acked])
+                    .await?
+                    .extract_error()?;
+                let synced = match acked {
+                    Value::Int(0) if !cluster_has_replicas(lane.conn(), replicas, slot).await => {
+                        Synced::NotAsked
+                    }
+                    Value::Int(n) => Synced::Acked(n),
+                    other => {
+                        return Err(RedisError::from((
+                            ErrorKind::UnexpectedReturnType,
+                            "WAIT answered a non-integer",
+                            format!("{other:?}"),
+                        )))
+                    }
+                };
+                lane.keep();
+                return Ok((reply, synced));
             }
         }?;
         let mut it = replies.into_iter();
@@ -299,20 +366,11 @@ impl Conn {
     async fn has_replicas(&self, key: &[u8]) -> bool {
         let role = redis::cmd("ROLE");
         let reply = match &*self.backend {
-            Backend::Single(m) => m.clone().send_packed_command(&role).await,
+            Backend::Single { manager: m, .. } => m.clone().send_packed_command(&role).await,
             Backend::Sentinel(s) => s.ask_role().await,
-            Backend::Cluster(c, replicas) => {
-                let slot = key_slot(key);
-                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-                let reply = c
-                    .clone()
-                    .route_command(role, RoutingInfo::SingleNode(route))
-                    .await;
-                if let Ok(Some(n)) = reply.as_ref().map(parse_master_role) {
-                    replicas.per_slot.write()[slot as usize] = n.min(u8::MAX as usize) as u8;
-                }
-                reply
-            }
+            Backend::Cluster {
+                conn: c, replicas, ..
+            } => return cluster_has_replicas(&mut c.clone(), replicas, key_slot(key)).await,
         };
         // When in doubt, keep the answer that is safe for the lock: replicas exist.
         !matches!(reply.as_ref().map(parse_master_role), Ok(Some(0)))
@@ -334,4 +392,22 @@ impl Conn {
         }
         groups.into_values().collect()
     }
+}
+
+/// Asks the master of `slot`, over `conn`, whether any replica is connected to it now,
+/// and keeps the count. When in doubt, the answer that is safe for the lock: replicas
+/// exist.
+async fn cluster_has_replicas(
+    conn: &mut ClusterConnection,
+    replicas: &ClusterReplicas,
+    slot: u16,
+) -> bool {
+    let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+    let reply = conn
+        .route_command(redis::cmd("ROLE"), RoutingInfo::SingleNode(route))
+        .await;
+    if let Ok(Some(n)) = reply.as_ref().map(parse_master_role) {
+        replicas.per_slot.write()[slot as usize] = n.min(u8::MAX as usize) as u8;
+    }
+    !matches!(reply.as_ref().map(parse_master_role), Ok(Some(0)))
 }

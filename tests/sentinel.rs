@@ -126,6 +126,77 @@ async fn sentinel_unsynced_acquisition_is_rolled_back() {
     g.unlock().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synced_calls_do_not_queue_behind_each_others_wait() {
+    let topo = tokio::task::spawn_blocking(SentinelTopology::start)
+        .await
+        .unwrap();
+    let wait = Duration::from_millis(600);
+    let sync = ReplicaSync::Wait {
+        timeout: wait,
+        acks: 1,
+        on_failure: SyncFailure::Fail,
+    };
+    let c = client(&topo, Duration::from_millis(3000), Some(sync)).await;
+    // Warm: the lanes exist before the replicas stop.
+    for i in 0..4 {
+        let g = c.lock(format!("sn:lane{i}")).lock().await.unwrap();
+        g.unlock().await.unwrap();
+    }
+    for r in &topo.replicas {
+        r.signal("STOP");
+    }
+    // One call alone: its WAIT (and the rollback's) run out.
+    let alone_at = Instant::now();
+    let alone = c.lock("sn:alone").try_lock().await;
+    let alone_took = alone_at.elapsed();
+    assert!(
+        matches!(alone, Err(redis_rlock::Error::NotReplicated { .. })),
+        "{alone:?}"
+    );
+    let started = Instant::now();
+    let calls: Vec<_> = (0..4)
+        .map(|i| {
+            let lock = c.lock(format!("sn:lane{i}"));
+            tokio::spawn(async move { lock.try_lock().await.map(|g| g.is_some()) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let probe_at = Instant::now();
+    let locked = c.lock("sn:lane0").is_locked().await;
+    let probe = probe_at.elapsed();
+    let mut outcomes = Vec::new();
+    for call in calls {
+        outcomes.push(call.await.unwrap());
+    }
+    let all = started.elapsed();
+    for r in &topo.replicas {
+        r.signal("CONT");
+    }
+    figure(
+        "one_synced_call_with_replicas_paused_ms",
+        alone_took.as_millis(),
+    );
+    figure("four_synced_calls_with_replicas_paused_ms", all.as_millis());
+    figure("unsynced_query_meanwhile_ms", probe.as_millis());
+    assert!(locked.is_ok(), "{locked:?}");
+    for o in &outcomes {
+        assert!(
+            matches!(o, Err(redis_rlock::Error::NotReplicated { .. })),
+            "{o:?}"
+        );
+    }
+    // One after another they would take four times as long as one.
+    assert!(
+        all < alone_took * 3 / 2 + Duration::from_millis(100),
+        "synced calls queued: {all:?} for four, {alone_took:?} for one"
+    );
+    assert!(
+        probe < wait / 2,
+        "a plain query waited behind WAIT: {probe:?}"
+    );
+}
+
 /// Waits until `probe` can be taken through `c` and the key shows up on node `port`.
 async fn recovered_on(c: &Client, topo: &SentinelTopology, port: u16, probe: &str) -> bool {
     let node = topo.nodes().into_iter().find(|n| n.port == port).unwrap();

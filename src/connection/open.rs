@@ -21,6 +21,20 @@ pub(crate) fn manager_config(config: &Config) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(100))
 }
 
+/// Opens a lane (see [`super::lanes`]) to the server `client` names, within the
+/// client's connect and response timeouts.
+pub(super) async fn open_lane(
+    client: &redis::Client,
+    config: &Config,
+) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let cfg = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.response_timeout));
+    client
+        .get_multiplexed_async_connection_with_config(&cfg)
+        .await
+}
+
 fn bad_url(url: &str, e: RedisError) -> Error {
     Error::InvalidConfig(format!("bad Redis URL `{}`: {e}", without_password(url)))
 }

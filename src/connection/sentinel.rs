@@ -5,14 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
 
+use super::lanes::Lanes;
 #[cfg(feature = "tls-rustls")]
 use super::open::is_tls_failure;
-use super::open::{connect_error, connect_manager, open_client};
+use super::open::{connect_error, connect_manager, open_client, open_lane};
 use crate::background::Background;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -44,6 +45,9 @@ struct MasterConn {
     addr: (String, u16),
     client: redis::Client,
     manager: ConnectionManager,
+    /// Synced writes, each with its `WAIT` on a connection of its own (see
+    /// [`super::lanes`]); they go with the master they were opened to.
+    lanes: Lanes<MultiplexedConnection>,
 }
 
 /// How often the sentinels are asked who the master is (Redisson's `scanInterval`).
@@ -147,11 +151,16 @@ impl SentinelMaster {
 
     pub(super) async fn query_pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
         let master = self.current();
-        let replies = master
-            .manager
-            .clone()
-            .send_packed_commands(pipe, 0, 2)
-            .await;
+        let replies = async {
+            let mut lane = master
+                .lanes
+                .take(|| open_lane(&master.client, &self.config))
+                .await?;
+            let replies = lane.conn().send_packed_commands(pipe, 0, 2).await?;
+            lane.keep();
+            Ok(replies)
+        }
+        .await;
         match &replies {
             Err(e) if smells_of_failover(e) => self.kick.notify_one(),
             Ok(v) => {
@@ -340,5 +349,6 @@ async fn open_master(
         addr: addr.clone(),
         client,
         manager,
+        lanes: Lanes::new(),
     })
 }
