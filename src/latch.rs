@@ -79,8 +79,9 @@ impl CountDownLatch {
     /// [`Error::InvalidCount`](crate::Error::InvalidCount) for 0 (a latch at 0 does not
     /// exist), name errors ([`Error::NameNotClusterSafe`](crate::Error::NameNotClusterSafe)
     /// for a name with its own hash tag on a cluster: Redisson's channel for it lands in
-    /// another slot), all before anything is sent; `Closed` after shutdown; transient
-    /// errors as they come.
+    /// another slot), all before anything is sent;
+    /// [`Error::Closed`](crate::Error::Closed) after shutdown; transient errors as they
+    /// come.
     ///
     /// # Cancel safety
     ///
@@ -98,8 +99,8 @@ impl CountDownLatch {
     /// # Errors
     ///
     /// Name errors; [`Error::Redis`](crate::Error::Redis) when the key holds no
-    /// integer; `Closed`; transient errors (the count-down may then have happened or
-    /// not).
+    /// integer; [`Error::Closed`](crate::Error::Closed); transient errors (the
+    /// count-down may then have happened or not).
     ///
     /// # Cancel safety
     ///
@@ -114,7 +115,7 @@ impl CountDownLatch {
     /// # Errors
     ///
     /// Name errors; [`Error::WrongType`](crate::Error::WrongType) when the key holds no
-    /// integer; `Closed`; transient errors.
+    /// integer; [`Error::Closed`](crate::Error::Closed); transient errors.
     ///
     /// # Cancel safety
     ///
