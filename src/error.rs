@@ -169,6 +169,13 @@ pub enum Error {
     #[error("the client was shut down")]
     Closed,
 
+    /// A call of the blocking API (`redis_rlock::blocking`, feature `blocking`) was made
+    /// on a thread that drives a current-thread tokio runtime, where blocking would stall
+    /// (or deadlock) that runtime and tokio panics. Nothing was sent. Call it from
+    /// `spawn_blocking`, a plain thread, or a multi-thread runtime.
+    #[error("a blocking lock call on a thread that drives a current-thread tokio runtime; use spawn_blocking")]
+    BlockingNotAllowed,
+
     /// Redis did not answer in time.
     #[error("Redis did not answer within {after:?} ({op})")]
     Timeout {

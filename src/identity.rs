@@ -89,8 +89,23 @@ impl OwnerId {
         }
         match tokio::task::try_id() {
             Some(id) => OwnerId::Task(id),
-            None => OwnerId::Thread(THREAD_NUMBER.with(|n| *n)),
+            None => OwnerId::current_thread(),
         }
+    }
+
+    /// The owner id of the calling OS thread, `thread-<n>`, whatever task or scope the
+    /// caller is in: the owner Redisson would use. The same thread always gets the same
+    /// id. The blocking API (`redis_rlock::blocking`, feature `blocking`) runs every call
+    /// as this owner; a future runs as it with [`OwnerId::run`].
+    ///
+    /// ```
+    /// use redis_rlock::OwnerId;
+    /// let here = OwnerId::current_thread();
+    /// assert_eq!(here, OwnerId::current_thread());
+    /// assert_ne!(here, std::thread::spawn(OwnerId::current_thread).join().unwrap());
+    /// ```
+    pub fn current_thread() -> OwnerId {
+        OwnerId::Thread(THREAD_NUMBER.with(|n| *n))
     }
 }
 

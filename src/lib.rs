@@ -15,6 +15,8 @@
 //!   while a task of the same client waits for it is handed straight to that task, oldest
 //!   first, inside the unlock script (see [`ClientBuilder::handover_limit`]).
 //! - Every future is cancel safe: dropping it leaves no hold and no subscription behind.
+//! - Code that is not async uses `blocking` (feature `blocking`): the same locks with
+//!   blocking methods, reentrant per OS thread as in Redisson.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -45,6 +47,8 @@ struct ReadmeDoctests;
 mod acquire;
 mod attempt;
 mod background;
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod builder;
 mod client;
 mod config;

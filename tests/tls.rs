@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::cluster_setup::{form_cluster, ClusterNode};
 use common::{free_port, redis_server_bin, RedisServer};
 use redis_rlock::{Client, ClientBuilder, Error, ReplicaSync};
 
@@ -502,10 +503,11 @@ async fn sentinel_discovery_and_the_master_run_over_tls() {
 
 /// Three TLS-only masters (no replicas) with a TLS cluster bus, made into one cluster.
 fn tls_cluster(certs: &Certs) -> Vec<RedisServer> {
-    let nodes: Vec<RedisServer> = (0..3)
+    let (nodes, spec): (Vec<RedisServer>, Vec<ClusterNode>) = (0..3)
         .map(|_| {
-            let bus = free_port().to_string();
-            certs.start_server(
+            let bus_port = free_port();
+            let bus = bus_port.to_string();
+            let node = certs.start_server(
                 false,
                 &[
                     "--cluster-enabled",
@@ -519,38 +521,15 @@ fn tls_cluster(certs: &Certs) -> Vec<RedisServer> {
                     "--tls-replication",
                     "yes",
                 ],
-            )
+            );
+            let spec = ClusterNode {
+                port: node.port,
+                bus_port,
+            };
+            (node, spec)
         })
-        .collect();
-    let mut create = Command::new("redis-cli");
-    create.args(["--tls", "--cacert"]).arg(certs.path("ca.crt"));
-    create.args(["--cluster", "create"]);
-    for n in &nodes {
-        create.arg(format!("127.0.0.1:{}", n.port));
-    }
-    let mut child = create
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-cli not found: apt-get install -y redis-tools");
-    // It waits for the nodes to meet without limit (forever if the bus cannot connect).
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if start.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("redis-cli --cluster create did not finish within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(
-        status.success(),
-        "redis-cli --cluster create failed: {status}"
-    );
+        .unzip();
+    form_cluster(&spec, 0, |port| certs.admin(port));
     let start = Instant::now();
     for n in &nodes {
         let mut admin = certs.admin(n.port);

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster_setup;
 pub mod proxy;
 pub mod server_bin;
 pub mod topology;

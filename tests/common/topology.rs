@@ -1,11 +1,12 @@
 //! Real Redis topologies on loopback: master + replicas + sentinels, and a 6-node
-//! cluster. Blocking code: call it from `spawn_blocking` or `block_in_place` in async
-//! tests. Every wait is bounded and panics with what it was waiting for.
+//! cluster (formed with commands through the redis crate, see `cluster_setup.rs`).
+//! Blocking code: call it from `spawn_blocking` or `block_in_place` in async tests. Every wait is bounded and panics with what it was waiting for.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::cluster_setup::{form_cluster, ClusterNode};
 use super::{free_port, raw_cmd_within, wall_clock, RedisServer};
 
 const READY_LIMIT: Duration = Duration::from_secs(30);
@@ -365,11 +366,12 @@ pub struct ClusterTopology {
 impl ClusterTopology {
     pub fn start() -> ClusterTopology {
         let started = Instant::now();
-        let nodes: Vec<RedisServer> = (0..6)
+        let (nodes, spec): (Vec<RedisServer>, Vec<ClusterNode>) = (0..6)
             .map(|_| {
                 // An explicit bus port: the default port + 10000 may be taken or too big.
-                let bus = free_port().to_string();
-                RedisServer::start_with(&[
+                let bus_port = free_port();
+                let bus = bus_port.to_string();
+                let node = RedisServer::start_with(&[
                     "--cluster-enabled",
                     "yes",
                     "--cluster-port",
@@ -380,23 +382,20 @@ impl ClusterTopology {
                     "nodes.conf",
                     "--repl-diskless-sync-delay",
                     "0",
-                ])
+                ]);
+                let spec = ClusterNode {
+                    port: node.port,
+                    bus_port,
+                };
+                (node, spec)
             })
-            .collect();
-        let mut create = Command::new("redis-cli");
-        create.arg("--cluster").arg("create");
-        for n in &nodes {
-            create.arg(format!("127.0.0.1:{}", n.port));
-        }
-        let out = create
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("redis-cli not found: apt-get install -y redis-tools");
-        assert!(
-            out.status.success(),
-            "cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+            .unzip();
+        form_cluster(&spec, 1, |port| {
+            let node = nodes.iter().find(|n| n.port == port).unwrap();
+            let conn = node.conn();
+            conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            conn
+        });
         let topo = ClusterTopology { nodes };
         topo.wait_ok(READY_LIMIT);
         for n in &topo.nodes {

@@ -1,0 +1,288 @@
+//! The same locks with blocking methods, for code that is not async: CLIs, build tools,
+//! sync web frameworks, tests (feature `blocking`).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_rlock::blocking::Client;
+//!
+//! fn main() -> redis_rlock::Result<()> {
+//!     let client = Client::connect("redis://127.0.0.1:6379")?;
+//!     let lock = client.lock("orders:42");
+//!
+//!     let outer = lock.lock()?;        // waits; the watchdog keeps the lease alive
+//!     let inner = lock.lock()?;        // same thread: re-enters, hold count 2
+//!     inner.unlock()?;
+//!     outer.unlock()?;                 // released; one waiter is woken
+//!
+//!     if let Some(guard) = lock.try_lock_for(Duration::from_millis(500), None)? {
+//!         // ... critical section ...
+//!         drop(guard);                 // dropping releases too (and waits for it)
+//!     }
+//!     client.shutdown()
+//! }
+//! ```
+//!
+//! # Owners
+//!
+//! **The owner is the calling OS thread**, as in Redisson: every call runs as
+//! [`OwnerId::current_thread`], whatever task the thread is in, so nested `lock()` calls
+//! on one thread re-enter and other threads wait. Threads of a pool (`spawn_blocking`,
+//! rayon) are reused: work that runs on the same thread later is the same owner. A
+//! guard remembers its owner, so it may be moved to another thread and unlocked there.
+//! Locks of a blocking client and async locks on the same names exclude each other, as
+//! any two owners do.
+//!
+//! # Runtime
+//!
+//! The lock's protocol runs on tokio. [`Client::connect`] and
+//! [`ClientBuilder::build_blocking`] start a small runtime of the client's own (a
+//! multi-thread runtime with 2 workers), so that the watchdog renews held locks and
+//! wake-ups arrive while the calling thread is blocked or busy.
+//! [`ClientBuilder::build_blocking_on`] and [`Client::from_async`] use a runtime the
+//! caller already has instead; it must keep running while the client is used (a
+//! multi-thread runtime, or a current-thread runtime that another thread drives with
+//! `Runtime::block_on`). Each call blocks the calling thread until it is done; the
+//! futures run there, with their timers and I/O on that runtime.
+//!
+//! # Threads
+//!
+//! Calls may be made from any thread: plain threads, `spawn_blocking` closures, and the
+//! worker threads of a multi-thread tokio runtime (each call then runs in
+//! [`tokio::task::block_in_place`], which hands that worker's other tasks to another
+//! thread first). On a thread that drives a current-thread runtime (its `block_on` and
+//! the tasks it runs, `#[tokio::test]` by default), blocking would stall that whole
+//! runtime and tokio forbids it: every call returns [`Error::BlockingNotAllowed`] there,
+//! sending nothing. Use `spawn_blocking` there. Dropping a guard there releases it in the
+//! background, as an async guard's drop does.
+//!
+//! Two places where tokio forbids blocking cannot be told apart from allowed ones, and
+//! a call there panics (tokio's panic): inside a `LocalSet` driven by a multi-thread
+//! runtime's `block_on`, and on a thread that calls a current-thread runtime's
+//! `block_on` while another thread drives that runtime.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::runtime::{Handle, RuntimeFlavor};
+
+use crate::client::ClientBuilder;
+use crate::error::{Error, Result};
+use crate::identity::OwnerId;
+
+mod lock;
+
+pub use lock::{Lock, LockGuard};
+
+/// Worker threads of the runtime a blocking client starts for itself: one would do for
+/// the watchdog and the pub/sub connection; a second keeps renewals on time while the
+/// other runs a long script reply or a reconnect.
+const WORKERS: usize = 2;
+
+/// Where a blocking client's futures run: a runtime of its own, or one it was given.
+pub(crate) struct Runtime {
+    handle: Handle,
+    /// `Some` for a runtime of the client's own, shut down when the last client handle,
+    /// lock and guard are gone.
+    owned: Option<tokio::runtime::Runtime>,
+}
+
+impl Runtime {
+    fn start() -> Result<Runtime> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(WORKERS)
+            .thread_name("redis-rlock")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                Error::InvalidConfig(format!("cannot start the blocking client's runtime: {e}"))
+            })?;
+        Ok(Runtime {
+            handle: runtime.handle().clone(),
+            owned: Some(runtime),
+        })
+    }
+
+    /// Runs `fut` to its end on the calling thread, as the calling thread's owner.
+    pub(crate) fn run<T>(&self, fut: impl Future<Output = Result<T>>) -> Result<T> {
+        check_can_block()?;
+        let owner = OwnerId::current_thread();
+        tokio::task::block_in_place(|| self.handle.block_on(owner.run(fut)))
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks until its tasks stop, which panics on an async
+        // thread; the last handle may well go there. Its tasks (the watchdog, the
+        // pub/sub connection) have nothing left to finish once no handle can use them.
+        if let Some(runtime) = self.owned.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// `Err(BlockingNotAllowed)` on a thread that drives a current-thread runtime (see the
+/// module docs, *Threads*). A multi-thread runtime's worker may block through
+/// `block_in_place`; threads that drive no runtime may always block.
+pub(crate) fn check_can_block() -> Result<()> {
+    if tokio::runtime::worker_index().is_none() {
+        return Ok(());
+    }
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => Ok(()),
+        _ => Err(Error::BlockingNotAllowed),
+    }
+}
+
+/// A blocking client of one Redis deployment: the same client as [`crate::Client`],
+/// whose locks block the calling thread. Cheap to clone; clones share the connection,
+/// the watchdog and the runtime. See the [module docs](self) for owners and threads.
+#[derive(Clone)]
+pub struct Client {
+    inner: crate::Client,
+    runtime: Arc<Runtime>,
+}
+
+impl Client {
+    /// Connects with default settings, on a runtime of the client's own. See
+    /// [`ClientBuilder::build`] for what is checked.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientBuilder::build`]; [`Error::BlockingNotAllowed`] on a thread that
+    /// drives a current-thread tokio runtime; [`Error::InvalidConfig`] if the runtime
+    /// cannot be started.
+    ///
+    /// # Panics
+    ///
+    /// Only where tokio forbids blocking in a way this client cannot see (module docs,
+    /// *Threads*).
+    pub fn connect(url: impl AsRef<str>) -> Result<Client> {
+        crate::Client::builder(url).build_blocking()
+    }
+
+    /// Starts a builder for a client of the Redis server at `url`: the async
+    /// [`ClientBuilder`], with all its settings (Sentinel, Cluster and TLS start from
+    /// [`crate::Client::sentinel`], [`crate::Client::cluster`] and the like). Finish it
+    /// with [`ClientBuilder::build_blocking`] or [`ClientBuilder::build_blocking_on`].
+    ///
+    /// ```no_run
+    /// # fn demo() -> redis_rlock::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redis_rlock::blocking::Client::builder("redis://127.0.0.1:6379")
+    ///     .watchdog_timeout(Duration::from_secs(10))
+    ///     .build_blocking()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(url: impl AsRef<str>) -> ClientBuilder {
+        crate::Client::builder(url)
+    }
+
+    /// A blocking client over an async client the caller already has, running its
+    /// calls on `runtime`, which must keep running while this client is used (see the
+    /// module docs, *Runtime*). The two share everything: holds, watchdog, connection.
+    pub fn from_async(client: crate::Client, runtime: Handle) -> Client {
+        Client {
+            inner: client,
+            runtime: Arc::new(Runtime {
+                handle: runtime,
+                owned: None,
+            }),
+        }
+    }
+
+    /// The async client underneath, for code that has both kinds of callers.
+    pub fn as_async(&self) -> &crate::Client {
+        &self.inner
+    }
+
+    /// A handle to the lock named `name`, as [`crate::Client::lock`] (Redisson's
+    /// `RLock` layout). Nothing is sent until it is used.
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.inner.lock(name), self.runtime.clone())
+    }
+
+    /// A handle to the fenced lock named `name`, as [`crate::Client::fenced_lock`]
+    /// (Redisson's `RFencedLock`): every guard carries a fencing token.
+    pub fn fenced_lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.inner.fenced_lock(name), self.runtime.clone())
+    }
+
+    /// This client's UUID, the first half of every holder field it writes.
+    pub fn id(&self) -> &str {
+        self.inner.id()
+    }
+
+    /// Shuts the client down, as [`crate::Client::shutdown`]: every hold the client
+    /// still has is released in Redis, waiting calls on other threads return
+    /// [`Error::Closed`], and the client's tasks stop. Its own runtime stops when the
+    /// last handle, lock and guard of the client are dropped.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Client::shutdown`]; [`Error::BlockingNotAllowed`] on a thread that
+    /// drives a current-thread tokio runtime (nothing was done).
+    ///
+    /// # Panics
+    ///
+    /// Only where tokio forbids blocking in a way this client cannot see (module docs,
+    /// *Threads*).
+    pub fn shutdown(&self) -> Result<()> {
+        self.runtime.run(self.inner.shutdown())
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("blocking::Client")
+            .field("client", &self.inner)
+            .field("own_runtime", &self.runtime.owned.is_some())
+            .finish()
+    }
+}
+
+impl ClientBuilder {
+    /// Checks the settings and connects, as [`build`](Self::build), and returns a
+    /// [`blocking::Client`](Client) running on a small runtime of its own (feature
+    /// `blocking`).
+    ///
+    /// # Errors
+    ///
+    /// As [`build`](Self::build); [`Error::BlockingNotAllowed`] on a thread that drives
+    /// a current-thread tokio runtime; [`Error::InvalidConfig`] if the runtime cannot
+    /// be started.
+    ///
+    /// # Panics
+    ///
+    /// Only where tokio forbids blocking in a way this crate cannot see (see
+    /// [`blocking`](crate::blocking), *Threads*).
+    pub fn build_blocking(self) -> Result<Client> {
+        check_can_block()?;
+        let runtime = Arc::new(Runtime::start()?);
+        let inner = runtime.run(self.build())?;
+        Ok(Client { inner, runtime })
+    }
+
+    /// As [`build_blocking`](Self::build_blocking), on the runtime `runtime` instead of
+    /// one of the client's own; the client's background work (watchdog, pub/sub) runs
+    /// there, so it must keep running while the client is used (see
+    /// [`blocking`](crate::blocking), *Runtime*).
+    ///
+    /// # Errors
+    ///
+    /// As [`build`](Self::build); [`Error::BlockingNotAllowed`] on a thread that drives
+    /// a current-thread tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// Only where tokio forbids blocking in a way this crate cannot see (see
+    /// [`blocking`](crate::blocking), *Threads*).
+    pub fn build_blocking_on(self, runtime: Handle) -> Result<Client> {
+        let runtime = Arc::new(Runtime {
+            handle: runtime,
+            owned: None,
+        });
+        let inner = runtime.run(self.build())?;
+        Ok(Client { inner, runtime })
+    }
+}
