@@ -192,5 +192,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if total != 400 {
         return Err("lost update".into());
     }
+    // What the client counted (with `--features metrics` the same events also go to
+    // whichever `metrics` recorder the program installs).
+    let st = client.stats();
+    println!(
+        "5. stats: {} acquisitions, {} busy replies, {} hand-overs, {} wake-ups, {} renewals, {} lost",
+        st.acquisitions, st.busy, st.handovers, st.wakeups, st.renewals, st.leases_lost
+    );
     Ok(())
 }

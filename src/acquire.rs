@@ -17,6 +17,7 @@ use crate::pubsub::Subscription;
 use crate::queue::Woke;
 use crate::release::release_detached;
 use crate::services::ClientInner;
+use crate::stats::Event;
 use crate::target::{Hold, Target};
 
 /// How long an acquisition may wait.
@@ -50,9 +51,15 @@ impl Target {
         }
         let (owner, field) = self.current_field();
         let span = tracing::debug_span!("acquire", lock = %self.name, owner = %field);
-        self.acquire_as(owner, field, lease, wait)
+        let started = Instant::now();
+        let got = self
+            .acquire_as(owner, field, lease, wait)
             .instrument(span)
-            .await
+            .await;
+        if let Ok(Some(_)) = &got {
+            self.inner().stats.count(Event::Acquired(started.elapsed()));
+        }
+        got
     }
 
     async fn acquire_as(
@@ -350,6 +357,10 @@ impl Waiting<'_> {
             Woke::Free | Woke::Offered => return Step::Attempt,
         };
         self.sub.wake_used();
+        target
+            .inner()
+            .stats
+            .count(Event::HandedOver(grant.sent.elapsed()));
         let granted = self.lease.unwrap_or(target.inner().config.watchdog_timeout);
         if grant.sent + granted <= Instant::now() {
             // As for an acquire answered too late: a guard would be lost on arrival. The

@@ -14,6 +14,7 @@ use crate::inflight::Completing;
 use crate::raw::{self, Attempt};
 use crate::release::release_hold;
 use crate::services::ClientInner;
+use crate::stats::Event;
 use crate::table::{Begin, InFlightGuard};
 use crate::target::{Hold, Target, ATTEMPTS};
 
@@ -150,7 +151,10 @@ impl Target {
         let (outcome, in_flight) = Completing::new(inner.spawner(), request, orphan).await;
         let (outcome, sent) = outcome?;
         match outcome {
-            Attempt::Busy(ttl) => Ok(Tried::Busy(ttl)),
+            Attempt::Busy(ttl) => {
+                inner.stats.count(Event::Busy);
+                Ok(Tried::Busy(ttl))
+            }
             Attempt::Acquired { .. } if sent + effective <= Instant::now() => {
                 // The answer came after the lease it granted had run out (Redis stalled,
                 // or this future was not polled): the lock may be someone else's by now,

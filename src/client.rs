@@ -23,6 +23,7 @@ use crate::permits::PermitExpirableSemaphore;
 use crate::pubsub::PubSubHub;
 use crate::semaphore::Semaphore;
 use crate::services::ClientInner;
+use crate::stats::{Counters, Stats};
 use crate::table::Table;
 use crate::watchdog::Watchdog;
 
@@ -115,9 +116,24 @@ impl ClientBuilder {
         }
         let id = Uuid::new_v4().to_string();
         let table = Arc::new(Table::new(config.watchdog_timeout, config.handover_window));
-        let watchdog = Watchdog::start(conn.clone(), &config, &runtime, &background, table.clone());
-        let pubsub =
-            PubSubHub::start(&self.deployment, &conn, &config, &runtime, &background).await?;
+        let stats = Arc::new(Counters::default());
+        let watchdog = Watchdog::start(
+            conn.clone(),
+            &config,
+            &runtime,
+            &background,
+            table.clone(),
+            stats.clone(),
+        );
+        let pubsub = PubSubHub::start(
+            &self.deployment,
+            &conn,
+            &config,
+            &runtime,
+            &background,
+            stats.clone(),
+        )
+        .await?;
         let janitor = Janitor::start(conn.clone(), &runtime, &background);
         let handover = Arc::new(crate::handover::Handover::new(
             table.clone(),
@@ -135,6 +151,7 @@ impl ClientBuilder {
                 janitor,
                 table,
                 handover,
+                stats,
                 background,
                 closed: Signal::default(),
             }),
@@ -297,6 +314,14 @@ impl Client {
     /// `redisson_countdownlatch__channel__{<name>}`). Nothing is sent until it is used.
     pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
         CountDownLatch::new(self.inner.clone(), name.into())
+    }
+
+    /// What this client has done since it was built: locks taken, busy replies,
+    /// releases, renewals and their failures, leases lost, hand-overs, wake-ups and
+    /// pub/sub connections. Reading it costs a few atomic loads; nothing is sent. With
+    /// the `metrics` feature the same events also go to the `metrics` facade.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats.snapshot()
     }
 
     /// This client's UUID, the first half of every holder field it writes.

@@ -12,6 +12,7 @@ use crate::inflight::Completing;
 use crate::raw::Release;
 use crate::release::release_hold;
 use crate::services::ClientInner;
+use crate::stats::Event;
 use crate::table::{Handback, InFlightGuard, WatchEntry};
 use crate::target::{Hold, Target};
 
@@ -30,6 +31,8 @@ struct GuardState {
     /// `None` for a plain lock.
     token: Option<u64>,
     kind: GuardKind,
+    /// When the guard was made, for the hold time.
+    since: Instant,
 }
 
 /// One hold of a [`Lock`](crate::Lock).
@@ -70,6 +73,7 @@ impl LockGuard {
                 owner,
                 token,
                 kind,
+                since: Instant::now(),
             }),
         }
     }
@@ -253,6 +257,7 @@ impl GuardState {
     /// is scheduled after the unlock.
     fn begin_release(&self) -> Handback {
         let inner = &self.target.inner;
+        inner.stats.count(Event::Released(self.since.elapsed()));
         match &self.kind {
             GuardKind::Watchdog(entry) => {
                 let lost = inner.watchdog.check_lost(entry);

@@ -72,6 +72,7 @@ mod scripts;
 mod semaphore;
 mod services;
 mod slot;
+mod stats;
 mod sync_raw;
 mod sync_wait;
 mod table;
@@ -93,6 +94,7 @@ pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock, RedLock};
 pub use permits::{Permit, PermitExpirableSemaphore};
 pub use semaphore::Semaphore;
+pub use stats::Stats;
 
 /// Wire-level names of the lock layout (Redisson's), for tools that inspect or drive
 /// locks by hand; `docs/protocol.md` ([`docs::protocol`]) specifies them.

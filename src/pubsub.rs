@@ -26,6 +26,7 @@ use crate::background::Background;
 use crate::config::{Config, Deployment};
 use crate::connection::{cluster_client, open_client, Conn, SentinelMaster};
 use crate::error::Result;
+use crate::stats::{Counters, Event};
 
 /// Shared state of one channel's local waiters.
 pub(crate) struct ChannelEntry {
@@ -112,6 +113,7 @@ struct HubShared {
     commands: mpsc::UnboundedSender<Command>,
     next_id: AtomicU64,
     connected: AtomicBool,
+    stats: Arc<Counters>,
 }
 
 /// The per-client pub/sub hub.
@@ -142,6 +144,7 @@ impl PubSubHub {
         config: &Config,
         runtime: &Handle,
         background: &Background,
+        stats: Arc<Counters>,
     ) -> Result<PubSubHub> {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(HubShared {
@@ -149,6 +152,7 @@ impl PubSubHub {
             commands: tx,
             next_id: AtomicU64::new(1),
             connected: AtomicBool::new(false),
+            stats,
         });
         let weak = Arc::downgrade(&shared);
         let timeouts = (config.connect_timeout, config.response_timeout);
@@ -262,6 +266,9 @@ impl Subscription {
             .await
             .is_ok();
         self.holding_wake = got;
+        if got {
+            self.hub.stats.count(Event::Woken);
+        }
         got
     }
 

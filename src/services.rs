@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::handover::Handover;
 use crate::janitor::Janitor;
 use crate::pubsub::PubSubHub;
+use crate::stats::Counters;
 use crate::table::Table;
 use crate::watchdog::Watchdog;
 
@@ -28,6 +29,8 @@ pub(crate) struct ClientInner {
     /// What the client knows of each lock name (see [`crate::table`]).
     pub(crate) table: Arc<Table>,
     pub(crate) handover: Arc<Handover>,
+    /// What the client has done, counted (see [`crate::Stats`]).
+    pub(crate) stats: Arc<Counters>,
     pub(crate) background: Arc<Background>,
     /// Set by [`Client::shutdown`](crate::Client::shutdown): no new acquisition, waiters leave with `Closed`.
     pub(crate) closed: Signal,

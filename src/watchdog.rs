@@ -29,6 +29,7 @@ use crate::background::Background;
 use crate::config::Config;
 use crate::connection::Conn;
 use crate::raw;
+use crate::stats::{Counters, Event};
 use crate::table::{Table, WatchEntry};
 
 /// Why an entry is lost when its confirmed lease ran out.
@@ -50,9 +51,10 @@ struct Shared {
     /// False once the timer's task was dropped while the client lived: its runtime
     /// shut down. The next lock taken moves the timer to the runtime it runs on.
     timer_alive: AtomicBool,
-    /// Set by [`Watchdog::drain`]: the client shut down, and the timer stays stopped.
+    /// Set by [`Watchdog::stop`]: the client shut down, and the timer stays stopped.
     stopped: AtomicBool,
     background: Arc<Background>,
+    stats: Arc<Counters>,
 }
 
 /// The per-client renewal timer over the table's watchdog holds.
@@ -67,6 +69,7 @@ impl Watchdog {
         runtime: &Handle,
         background: &Arc<Background>,
         table: Arc<Table>,
+        stats: Arc<Counters>,
     ) -> Watchdog {
         let shared = Arc::new(Shared {
             conn,
@@ -77,6 +80,7 @@ impl Watchdog {
             timer_alive: AtomicBool::new(true),
             stopped: AtomicBool::new(false),
             background: background.clone(),
+            stats,
         });
         shared.spawn_timer(runtime);
         Watchdog { shared }
@@ -257,18 +261,22 @@ impl Shared {
             let pairs: Vec<(&str, &str)> = chunk.iter().map(|e| (&*e.name, &*e.field)).collect();
             let err = match raw::renew(&self.conn, &pairs, self.lease).await {
                 Ok(results) => {
+                    let mut n = 0;
                     for (entry, renewed) in chunk.iter().zip(results) {
                         if renewed {
                             entry.extend(sent + self.lease);
+                            n += 1;
                             tracing::trace!(lock = %entry.name, "lease renewed");
                         } else {
                             self.mark_lost(entry, "key gone or held by another owner");
                         }
                     }
+                    self.stats.count(Event::Renewed(n));
                     return;
                 }
                 Err(err) => err,
             };
+            self.stats.count(Event::RenewalFailed);
             let now = Instant::now();
             let mut live = 0;
             for entry in chunk {
@@ -299,6 +307,7 @@ impl Shared {
         // An entry unlocked meanwhile is not lost, just finished.
         if self.table.drop_lost(entry) {
             tracing::warn!(lock = %entry.name, owner = %entry.field, reason = why, "lock lost while held");
+            self.stats.count(Event::Lost);
             entry.lost.set();
         }
     }

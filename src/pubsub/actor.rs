@@ -85,6 +85,7 @@ pub(super) async fn actor(
         subscribed.extend(wanted);
         backoff = Duration::from_millis(20);
         shared.connected.store(true, Ordering::SeqCst);
+        shared.stats.count(crate::stats::Event::PubsubConnected);
         {
             let channels = shared.channels.lock();
             for (name, entry) in channels.iter() {

@@ -70,6 +70,7 @@ pub(super) async fn actor(
     };
     if let Some(shared) = weak.upgrade() {
         shared.connected.store(true, Ordering::SeqCst);
+        shared.stats.count(crate::stats::Event::PubsubConnected);
         hub.apply(&shared, std::mem::take(&mut pending)).await;
     }
     let mut retry_timer = Box::pin(tokio::time::sleep(Duration::from_secs(3600)));
@@ -249,6 +250,7 @@ impl ClusterHub {
                 }
                 shared.disconnected();
                 shared.connected.store(true, Ordering::SeqCst);
+                shared.stats.count(crate::stats::Event::PubsubConnected);
             }
             _ => {}
         }
