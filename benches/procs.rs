@@ -1,0 +1,175 @@
+//! Fairness and throughput across OS processes contending on one lock, as services run:
+//! each process is one service instance with one shared `Client` on a multi-thread
+//! runtime (default workers) and several tasks taking the same lock in a loop, holding
+//! it for a fixed time. Reports grants per second, each process's share, the max/min
+//! ratio of grants between processes, and the longest wait.
+//!
+//!     cargo bench --bench procs
+//!     RLOCK_PROCS=4 RLOCK_TASKS=8 RLOCK_HOLD_US=1000 RLOCK_SECS=5 cargo bench --bench procs
+//!
+//! `RLOCK_HANDOVER_LIMIT=0` turns hand-over off. Uses `REDIS_URL` when set; otherwise starts a redis-server on a free loopback port.
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_rlock::Client;
+
+#[path = "../tests/common/server_bin.rs"]
+#[allow(dead_code)]
+mod server_bin;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_server() -> (String, Option<Server>) {
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        return (url, None);
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bin = server_bin::server_bin();
+    let child = Command::new(bin)
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (url, Some(Server(child)))
+}
+
+/// One process: `tasks` tasks on one shared client take `name` in a loop until `until`.
+/// Prints `RESULT <grants> <longest wait µs>`.
+async fn child(url: String, name: String, tasks: u64, hold: Duration, secs: u64) {
+    let mut builder = Client::builder(&url);
+    if let Ok(limit) = std::env::var("RLOCK_HANDOVER_LIMIT") {
+        builder = builder.handover_limit(limit.parse().unwrap());
+    }
+    let client = builder.build().await.unwrap();
+    let grants = Arc::new(AtomicU64::new(0));
+    let longest = Arc::new(AtomicU64::new(0));
+    // All processes start together at the next whole second of the wall clock.
+    let start_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let next = Duration::from_secs(start_at.as_secs() + 2);
+    tokio::time::sleep(next - start_at).await;
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let lock = client.lock(name.clone());
+        let (grants, longest) = (grants.clone(), longest.clone());
+        handles.push(tokio::spawn(async move {
+            while Instant::now() < until {
+                let asked = Instant::now();
+                let left = until.saturating_duration_since(asked);
+                let Ok(Some(g)) = lock.try_lock_for(left, None).await else {
+                    break;
+                };
+                let waited = asked.elapsed();
+                longest.fetch_max(waited.as_micros() as u64, Ordering::Relaxed);
+                grants.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(hold).await;
+                g.unlock().await.unwrap();
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    println!(
+        "RESULT {} {}",
+        grants.load(Ordering::Relaxed),
+        longest.load(Ordering::Relaxed)
+    );
+    eprintln!("{:?}", client.stats());
+    let _ = client.shutdown().await;
+}
+
+fn main() {
+    let procs = env_u64("RLOCK_PROCS", 4);
+    let tasks = env_u64("RLOCK_TASKS", 8);
+    let hold = Duration::from_micros(env_u64("RLOCK_HOLD_US", 1000));
+    let secs = env_u64("RLOCK_SECS", 5);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if let Ok(url) = std::env::var("RLOCK_PROCS_CHILD") {
+        rt.block_on(child(url, "procs:one".into(), tasks, hold, secs));
+        return;
+    }
+    let (url, _server) = start_server();
+    let me = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..procs)
+        .map(|_| {
+            Command::new(&me)
+                .env("RLOCK_PROCS_CHILD", &url)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut rows = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("RESULT "))
+            .expect("a child reported");
+        let v: Vec<u64> = line[7..].split(' ').map(|x| x.parse().unwrap()).collect();
+        rows.push((v[0], v[1]));
+    }
+    let total: u64 = rows.iter().map(|r| r.0).sum();
+    let max = rows.iter().map(|r| r.0).max().unwrap_or(0) as f64;
+    let min = rows.iter().map(|r| r.0).min().unwrap_or(0) as f64;
+    let shares: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{:.0}%", 100.0 * r.0 as f64 / total.max(1) as f64))
+        .collect();
+    let longest = rows.iter().map(|r| r.1).max().unwrap_or(0);
+    // A task's mean cycle: the time between two of its own grants, on average.
+    let cycle_us = secs as f64 * 1e6 * (procs * tasks) as f64 / total.max(1) as f64;
+    println!(
+        "{procs} processes x {tasks} tasks, hold {hold:?}, {secs} s: {:.0} grants/s; shares {}; max/min {:.2}; longest wait {:.1} ms = {:.1} mean task cycles",
+        total as f64 / secs as f64,
+        shares.join(" "),
+        if min > 0.0 { max / min } else { f64::INFINITY },
+        longest as f64 / 1000.0,
+        longest as f64 / cycle_us
+    );
+}
