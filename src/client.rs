@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::janitor::Janitor;
 use crate::lock::Lock;
 use crate::pubsub::PubSubHub;
+use crate::raw::Kind;
 use crate::services::ClientInner;
 use crate::table::Table;
 use crate::watchdog::Watchdog;
@@ -399,7 +400,7 @@ impl Client {
     /// it is used; the name is checked then. Its guards carry no fencing token; use
     /// [`fenced_lock`](Self::fenced_lock) for one.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.inner.clone(), name.into(), false)
+        Lock::new(self.inner.clone(), name.into(), false, Kind::Plain)
     }
 
     /// A handle to the fenced lock named `name`, in Redisson's `RFencedLock` layout: the
@@ -412,7 +413,7 @@ impl Client {
     ///
     /// [`LockGuard::fencing_token`]: crate::LockGuard::fencing_token
     pub fn fenced_lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.inner.clone(), name.into(), true)
+        Lock::new(self.inner.clone(), name.into(), true, Kind::Plain)
     }
 
     /// This client's UUID, the first half of every holder field it writes.

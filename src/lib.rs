@@ -61,6 +61,7 @@ mod query;
 mod queue;
 mod raw;
 mod release;
+mod rw_lock;
 mod scripts;
 mod services;
 mod slot;
@@ -80,11 +81,14 @@ pub use handover::{DEFAULT_HANDOVER_LIMIT, DEFAULT_HANDOVER_WINDOW};
 pub use identity::OwnerId;
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock, RedLock};
+pub use rw_lock::ReadWriteLock;
 
 /// Wire-level names of the lock layout (Redisson's), for tools that inspect or drive
 /// locks by hand; `docs/protocol.md` ([`docs::protocol`]) specifies them.
 pub mod protocol {
-    pub use crate::raw::{channel_name, token_key, UNLOCK_MESSAGE};
+    pub use crate::raw::{
+        channel_name, rw_channel_name, token_key, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+    };
     pub use crate::watchdog::BATCH as RENEW_BATCH;
 }
 

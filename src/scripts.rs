@@ -60,6 +60,43 @@ pub(crate) static FORCE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
     })
 });
 
+/// The read-write lock's read acquire (`lua/read_acquire.lua`).
+pub(crate) static READ_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(
+        include_str!("../lua/read_acquire.lua"),
+        |v| matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1)))),
+    )
+});
+/// The read-write lock's write acquire (`lua/write_acquire.lua`).
+pub(crate) static WRITE_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(
+        include_str!("../lua/write_acquire.lua"),
+        |v| matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1)))),
+    )
+});
+/// The read-write lock's read unlock (`lua/read_unlock.lua`).
+pub(crate) static READ_UNLOCK: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/read_unlock.lua"), |v| *v != Value::Nil));
+/// The read-write lock's write unlock (`lua/write_unlock.lua`).
+pub(crate) static WRITE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(include_str!("../lua/write_unlock.lua"), |v| {
+        *v != Value::Nil
+    })
+});
+/// The batched renewal of read holds (`lua/read_renew.lua`).
+pub(crate) static READ_RENEW: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(
+        include_str!("../lua/read_renew.lua"),
+        |v| matches!(v, Value::Array(a) if a.contains(&Value::Int(1))),
+    )
+});
+/// The read-write lock's force unlock (`lua/rw_force_unlock.lua`).
+pub(crate) static RW_FORCE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(include_str!("../lua/rw_force_unlock.lua"), |v| {
+        *v == Value::Int(1)
+    })
+});
+
 /// Keys and arguments for one script call. Owns its data so the call can outlive the
 /// caller's future (a request finished in the background after its caller left).
 pub(crate) struct ScriptCall {
@@ -116,7 +153,18 @@ mod tests {
 
     #[test]
     fn hashes_are_sha1_hex() {
-        for s in [&*ACQUIRE, &*UNLOCK, &*RENEW, &*FORCE_UNLOCK] {
+        for s in [
+            &*ACQUIRE,
+            &*UNLOCK,
+            &*RENEW,
+            &*FORCE_UNLOCK,
+            &*READ_ACQUIRE,
+            &*WRITE_ACQUIRE,
+            &*READ_UNLOCK,
+            &*WRITE_UNLOCK,
+            &*READ_RENEW,
+            &*RW_FORCE_UNLOCK,
+        ] {
             assert_eq!(s.sha.len(), 40);
             assert!(s.sha.chars().all(|c| c.is_ascii_hexdigit()));
         }
