@@ -196,7 +196,12 @@ async fn reentry_downgrade_and_upgrade_refused() {
 
     // Upgrade: refused at once, whatever the call.
     let t = Instant::now();
-    match rw.write().lock().await {
+    let write = rw.write();
+    let refused = tokio::time::timeout(Duration::from_secs(2), write.lock());
+    match refused
+        .await
+        .expect("refused at once, not a wait for itself")
+    {
         Err(Error::UpgradeRefused { name }) => assert_eq!(name, "re"),
         other => panic!("expected UpgradeRefused, got {other:?}"),
     }
@@ -483,9 +488,11 @@ async fn interoperates_with_a_redisson_peer() {
     assert_eq!(peer.write(2, 30_000).await, None);
     assert_eq!(peer.write(2, 30_000).await, None, "peer re-entry");
     assert!(rw.read().try_lock().await.unwrap().is_none());
+    // They are inside together before any leaves: the one message woke all of them.
+    let together = Arc::new(tokio::sync::Barrier::new(3));
     let readers: Vec<_> = (0..3)
         .map(|_| {
-            let rw = rw.clone();
+            let (rw, together) = (rw.clone(), together.clone());
             tokio::spawn(async move {
                 let g = rw
                     .read()
@@ -493,9 +500,12 @@ async fn interoperates_with_a_redisson_peer() {
                     .await
                     .unwrap()
                     .expect("reader served");
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                let inside = Instant::now();
+                tokio::time::timeout(Duration::from_secs(3), together.wait())
+                    .await
+                    .expect("readers inside together");
                 g.unlock().await.unwrap();
-                Instant::now()
+                inside
             })
         })
         .collect();
@@ -555,23 +565,31 @@ async fn a_cancelled_waiter_leaves_nothing_behind() {
             "subscription dropped with the waiter"
         );
     }
-    // A read acquire dropped while its request may be in flight: whatever it took is
-    // given back.
+    // Acquires dropped while their request is in flight (writes stall under CLIENT
+    // PAUSE): the grants they get when the pause ends are given back.
     w.unlock().await.unwrap();
-    for _ in 0..20 {
+    for write in [false, true] {
+        let _: () = s.cmd(&["CLIENT", "PAUSE", "500", "WRITE"]);
         let rw = b.read_write_lock("gone");
-        let t = tokio::spawn(async move { rw.read().lock().await.map(|_g| ()) });
-        tokio::time::sleep(Duration::from_micros(300)).await;
+        let t = tokio::spawn(async move {
+            let lock = if write { rw.write() } else { rw.read() };
+            let g = lock.lock().await.unwrap();
+            std::mem::forget(g); // never reached: aborted before the reply
+        });
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(!t.is_finished());
         t.abort();
         let _ = t.await;
+        // The pause ends and the request runs.
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                s.cmd::<i64>(&["EXISTS", "gone"]) == 0 && keys(&s, "*rwlock_timeout*").is_empty()
+            })
+            .await,
+            "a hold was left behind (write: {write})"
+        );
     }
-    assert!(
-        eventually(Duration::from_secs(5), || {
-            s.cmd::<i64>(&["EXISTS", "gone"]) == 0 && keys(&s, "*rwlock_timeout*").is_empty()
-        })
-        .await,
-        "a hold was left behind"
-    );
     a.read_write_lock("gone")
         .write()
         .try_lock()
