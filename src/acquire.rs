@@ -18,7 +18,7 @@ use crate::queue::Woke;
 use crate::release::release_detached;
 use crate::services::ClientInner;
 use crate::stats::Event;
-use crate::target::{Hold, Target};
+use crate::target::{Hold, Kind, Target};
 
 /// How long an acquisition may wait.
 #[derive(Clone, Copy)]
@@ -50,6 +50,9 @@ impl Target {
             check_lease(l)?;
         }
         let (owner, field) = self.current_field();
+        if self.kind == Kind::Write {
+            self.refuse_upgrade(owner)?;
+        }
         let span = tracing::debug_span!("acquire", lock = %self.name, owner = %field);
         let started = Instant::now();
         let got = self
@@ -73,7 +76,8 @@ impl Target {
         // Where this client's own waiters already queue for the name, a new waiter
         // defers to them; a holder never does (its re-entry must go through).
         let mut behind = None;
-        if let Wait::Until(deadline) = wait {
+        // A read-write lock never hands over, so its waiters always ask Redis.
+        if let (Wait::Until(deadline), false) = (wait, self.kind.is_rw()) {
             let inner = self.inner();
             let handover = &inner.handover;
             let holder = || inner.table.holds(&self.name, &field);
@@ -177,6 +181,21 @@ impl Target {
                 Step::Done(outcome) => return outcome,
             };
         }
+    }
+
+    /// A task that holds the read lock would wait for itself forever if it asked for the
+    /// write lock (Redisson's readers block every writer, their own too): refused at once.
+    fn refuse_upgrade(&self, owner: OwnerId) -> Result<()> {
+        let read = Target {
+            kind: Kind::Read,
+            ..self.clone()
+        };
+        if self.inner().table.holds(&self.name, &read.field_of(owner)) {
+            return Err(Error::UpgradeRefused {
+                name: self.name.to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// How long to sleep before the next attempt: until the holder's lease runs out or

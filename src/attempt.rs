@@ -87,6 +87,7 @@ impl Target {
                     fresh,
                     retry: adopt && fresh,
                     fenced: hold.fenced,
+                    kind: hold.kind,
                 };
                 let sync_retries = match inner.conn.sync() {
                     ReplicaSync::Wait {
@@ -194,9 +195,10 @@ impl Target {
                 &hold.field,
                 sent,
                 token,
+                hold.kind,
             )),
             Some(l) => {
-                inner.table.add_fixed(&self.name, &hold.field);
+                inner.table.add_fixed(&self.name, &hold.field, hold.kind);
                 GuardKind::Lease { expires: sent + l }
             }
         };

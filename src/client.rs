@@ -21,6 +21,7 @@ use crate::latch::CountDownLatch;
 use crate::lock::Lock;
 use crate::permits::PermitExpirableSemaphore;
 use crate::pubsub::PubSubHub;
+use crate::raw::Kind;
 use crate::semaphore::Semaphore;
 use crate::services::ClientInner;
 use crate::stats::{Counters, Stats};
@@ -278,7 +279,7 @@ impl Client {
     /// it is used; the name is checked then. Its guards carry no fencing token; use
     /// [`fenced_lock`](Self::fenced_lock) for one.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.inner.clone(), name.into(), false)
+        Lock::new(self.inner.clone(), name.into(), false, Kind::Plain)
     }
 
     /// A handle to the fenced lock named `name`, in Redisson's `RFencedLock` layout: the
@@ -291,7 +292,7 @@ impl Client {
     ///
     /// [`LockGuard::fencing_token`]: crate::LockGuard::fencing_token
     pub fn fenced_lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.inner.clone(), name.into(), true)
+        Lock::new(self.inner.clone(), name.into(), true, Kind::Plain)
     }
 
     /// A handle to the semaphore named `name`, in Redisson's `RSemaphore` layout (the

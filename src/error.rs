@@ -163,6 +163,17 @@ pub enum Error {
         key: String,
     },
 
+    /// The task (owner) that asked for the write half of a read-write lock holds its
+    /// read half: Redisson's layout lets no writer in while any reader holds, the asker
+    /// included, so waiting would never end. Release the read holds first, then take the
+    /// write lock (the reverse, a writer taking the read lock, is allowed). Returned at
+    /// once; nothing was sent.
+    #[error("read-write lock `{name}`: the caller holds its read lock and asked for the write lock (upgrade refused; it would wait for itself forever)")]
+    UpgradeRefused {
+        /// The lock's name.
+        name: String,
+    },
+
     /// The client was shut down ([`Client::shutdown`](crate::Client::shutdown)): its
     /// waiters left with this error, and every method of its locks and guards answers
     /// with it from then on.

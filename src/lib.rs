@@ -68,6 +68,7 @@ mod query;
 mod queue;
 mod raw;
 mod release;
+mod rw_lock;
 mod scripts;
 mod semaphore;
 mod services;
@@ -93,13 +94,16 @@ pub use latch::CountDownLatch;
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock, RedLock};
 pub use permits::{Permit, PermitExpirableSemaphore};
+pub use rw_lock::ReadWriteLock;
 pub use semaphore::Semaphore;
 pub use stats::Stats;
 
 /// Wire-level names of the lock layout (Redisson's), for tools that inspect or drive
 /// locks by hand; `docs/protocol.md` ([`docs::protocol`]) specifies them.
 pub mod protocol {
-    pub use crate::raw::{channel_name, token_key, UNLOCK_MESSAGE};
+    pub use crate::raw::{
+        channel_name, rw_channel_name, token_key, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+    };
     pub use crate::sync_raw::{
         latch_channel, permit_timeout_key, semaphore_channel, LATCH_NEW_COUNT_MESSAGE,
         LATCH_ZERO_MESSAGE,

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::raw;
 use crate::services::ClientInner;
-use crate::target::Target;
+use crate::target::{Kind, Target};
 
 /// A named distributed lock, reentrant per tokio task (see [`OwnerId`](crate::OwnerId); futures run
 /// concurrently inside one task are one owner unless each runs in its own
@@ -57,14 +57,15 @@ impl std::fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &self.target.name)
             .field("fenced", &self.target.fenced)
+            .field("kind", &self.target.kind)
             .finish()
     }
 }
 
 impl Lock {
-    pub(crate) fn new(inner: Arc<ClientInner>, name: String, fenced: bool) -> Lock {
+    pub(crate) fn new(inner: Arc<ClientInner>, name: String, fenced: bool, kind: Kind) -> Lock {
         Lock {
-            target: Target::new(inner, name, fenced),
+            target: Target::new(inner, name, fenced, kind),
         }
     }
 
@@ -81,7 +82,8 @@ impl Lock {
 
     /// The lock's pub/sub channel: `redisson_lock__channel:{<name>}`, or
     /// `redisson_lock__channel:<name>` when the name carries its own hash tag
-    /// (`docs/protocol.md` 1.4).
+    /// (`docs/protocol.md` 1.4); `redisson_rwlock:{<name>}` for either half of a
+    /// [`ReadWriteLock`](crate::ReadWriteLock).
     pub fn channel(&self) -> &str {
         &self.target.channel
     }
@@ -388,9 +390,20 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.target.check_usable()?;
         let inner = self.target.inner();
-        inner.table.forget_name(&self.target.name);
-        let deleted =
-            raw::force_release(&inner.conn, &self.target.name, &self.target.channel).await?;
+        let (name, channel) = (&self.target.name, &self.target.channel);
+        let deleted = if self.target.kind.is_rw() {
+            // Only a lock in this half's mode is deleted (Redisson's), so holds are
+            // forgotten only then.
+            let deleted =
+                raw::force_release_rw(&inner.conn, name, channel, self.target.kind).await?;
+            if deleted {
+                inner.table.forget_name(name);
+            }
+            deleted
+        } else {
+            inner.table.forget_name(name);
+            raw::force_release(&inner.conn, name, channel).await?
+        };
         tracing::debug!(lock = %self.target.name, deleted, "force unlock");
         Ok(deleted)
     }

@@ -309,17 +309,24 @@ impl HubShared {
         }
     }
 
-    /// An unlock message arrived on `channel`.
-    fn deliver(&self, channel: &[u8]) {
+    /// An unlock message `payload` arrived on `channel`.
+    fn deliver(&self, channel: &[u8], payload: &[u8]) {
         let Ok(channel) = std::str::from_utf8(channel) else {
             return;
         };
         let entry = self.channels.lock().get(channel).cloned();
         if let Some(entry) = entry {
-            // The payload is not looked at: Redisson's lock sends "0", its read-write
-            // lock "1" (to a lock without readers, just a release), and anything else
-            // was sent by no unlock but costs one attempt per name at most.
-            entry.wake_each_name();
+            // Redisson's lock and a read-write lock's last reader send "0": one waiter
+            // per name may go. A read-write lock's writer sends "1" on its own channel:
+            // readers share, so every waiter tries. Anything else was sent by no unlock
+            // but costs one attempt per name at most.
+            if payload == crate::raw::READ_UNLOCK_MESSAGE.as_bytes()
+                && channel.starts_with(crate::raw::RW_CHANNEL_PREFIX)
+            {
+                entry.wake_all();
+            } else {
+                entry.wake_each_name();
+            }
         }
     }
 }

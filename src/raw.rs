@@ -10,12 +10,36 @@ use redis::{FromRedisValue, ParsingError, Value};
 
 use crate::connection::{Conn, Synced};
 use crate::error::{Error, Result};
-use crate::scripts::{ACQUIRE, FORCE_UNLOCK, RENEW, UNLOCK};
+use crate::scripts::{ScriptCall, ACQUIRE, FORCE_UNLOCK, RENEW, UNLOCK};
 use crate::slot::{has_hash_tag, key_slot};
 
 /// The message published on a lock's channel when it is released (Redisson's
 /// `LockPubSub.UNLOCK_MESSAGE`).
 pub const UNLOCK_MESSAGE: &str = "0";
+
+/// Which of Redisson's lock layouts a call speaks: it selects the acquire, unlock and
+/// renew scripts, the holder field and the channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `RLock` (and `RFencedLock`): the hash `<name>` of holder fields.
+    Plain,
+    /// The read half of `RReadWriteLock`: field `<uuid>:<owner>`, a timeout key per hold.
+    Read,
+    /// The write half of `RReadWriteLock`: field `<uuid>:<owner>:write`.
+    Write,
+}
+
+impl Kind {
+    /// A half of a read-write lock (`mode` field, `redisson_rwlock` channel).
+    pub(crate) fn is_rw(self) -> bool {
+        self != Kind::Plain
+    }
+}
+
+mod rw;
+
+pub(crate) use rw::{force_release_rw, renew_read, RW_CHANNEL_PREFIX};
+pub use rw::{rw_channel_name, READ_UNLOCK_MESSAGE};
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
 /// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster
@@ -194,6 +218,7 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) retry: bool,
     /// A fenced lock: a grant INCRs the token counter.
     pub(crate) fenced: bool,
+    pub(crate) kind: Kind,
 }
 
 fn flag(b: bool) -> &'static str {
@@ -205,17 +230,21 @@ fn flag(b: bool) -> &'static str {
 }
 
 pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attempt> {
-    let reply = ACQUIRE
-        .call()
-        .key(call.name)
-        .key(call.token_key)
-        .key(call.latch)
-        .arg(ms(call.lease))
-        .arg(call.field)
-        .arg(ms(call.latch_ttl).max(1))
-        .arg(flag(call.fresh))
-        .arg(flag(call.retry))
-        .arg(flag(call.fenced))
+    let script = match call.kind {
+        Kind::Plain => ACQUIRE
+            .call()
+            .key(call.name)
+            .key(call.token_key)
+            .key(call.latch)
+            .arg(ms(call.lease))
+            .arg(call.field)
+            .arg(ms(call.latch_ttl).max(1))
+            .arg(flag(call.fresh))
+            .arg(flag(call.retry))
+            .arg(flag(call.fenced)),
+        Kind::Read | Kind::Write => rw::acquire_call(call),
+    };
+    let reply = script
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
@@ -264,7 +293,10 @@ fn token_ok(fenced: bool, token: i64) -> bool {
 /// with its lease.
 async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
     let latch = latch_key(call.name, &request_id());
-    let channel = channel_name(call.name);
+    let channel = match call.kind {
+        Kind::Plain => channel_name(call.name),
+        Kind::Read | Kind::Write => rw_channel_name(call.name),
+    };
     let undo = ReleaseCall {
         name: call.name,
         channel: &channel,
@@ -277,6 +309,7 @@ async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         latch_ttl: call.latch_ttl,
         retry: false,
         fenced: call.fenced,
+        kind: call.kind,
     };
     match release(conn, &undo).await {
         Ok(r) => {
@@ -307,25 +340,15 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) retry: bool,
     /// A fenced lock: a hand-over INCRs the token counter.
     pub(crate) fenced: bool,
+    pub(crate) kind: Kind,
 }
 
 pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Release> {
-    let reply = UNLOCK
-        .call()
-        .key(call.name)
-        .key(call.channel)
-        .key(call.latch)
-        .key(call.token_key)
-        .arg(UNLOCK_MESSAGE)
-        .arg(call.keep.map(ms).unwrap_or(0))
-        .arg(call.field)
-        .arg(ms(call.latch_ttl).max(1))
-        .arg(conn.publish_command())
-        .arg(call.holds)
-        .arg(flag(call.retry))
-        .arg(call.next.map(|n| n.0).unwrap_or(""))
-        .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
-        .arg(flag(call.fenced))
+    let script = match call.kind {
+        Kind::Plain => plain_release_call(conn, call),
+        Kind::Read | Kind::Write => rw::release_call(conn, call),
+    };
+    let reply = script
         .run(conn)
         .await
         .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
@@ -348,6 +371,26 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         }
         UnlockReply::HandedOver(_) => Err(unexpected("unlock", &reply)),
     }
+}
+
+/// The unlock of a plain lock, with its hand-over.
+fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
+    UNLOCK
+        .call()
+        .key(call.name)
+        .key(call.channel)
+        .key(call.latch)
+        .key(call.token_key)
+        .arg(UNLOCK_MESSAGE)
+        .arg(call.keep.map(ms).unwrap_or(0))
+        .arg(call.field)
+        .arg(ms(call.latch_ttl).max(1))
+        .arg(conn.publish_command())
+        .arg(call.holds)
+        .arg(flag(call.retry))
+        .arg(call.next.map(|n| n.0).unwrap_or(""))
+        .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
+        .arg(flag(call.fenced))
 }
 
 /// Renews a batch of `(name, field)` pairs; `true` where the lease was extended.

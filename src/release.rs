@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::queue::{Grant, Offer, Ticket};
-use crate::raw::{self, Release, ReleaseCall};
+use crate::raw::{self, Kind, Release, ReleaseCall};
 use crate::services::ClientInner;
 use crate::target::{Hold, ATTEMPTS};
 
@@ -60,14 +60,20 @@ pub(crate) async fn release_field(
     inner: &Arc<ClientInner>,
     name: &Arc<str>,
     field: &Arc<str>,
+    kind: Kind,
 ) -> Result<()> {
+    let channel = match kind {
+        Kind::Plain => raw::channel_name(name),
+        Kind::Read | Kind::Write => raw::rw_channel_name(name),
+    };
     let hold = Hold {
         name: name.clone(),
-        channel: raw::channel_name(name).into(),
+        channel: channel.into(),
         token_key: raw::token_key(name).into(),
         field: field.clone(),
         // No hand-over at shutdown, so the counter is not touched either way.
         fenced: false,
+        kind,
     };
     release_hold(inner, &hold, None, u32::MAX).await.map(|_| ())
 }
@@ -80,8 +86,10 @@ pub(crate) async fn release_hold(
     keep: Option<Duration>,
     holds: u32,
 ) -> Result<Release> {
-    // A client shutting down hands nothing to its waiters: they are leaving.
-    let may_offer = keep.is_none() && inner.hands_over() && !inner.closed.is_set();
+    // A client shutting down hands nothing to its waiters: they are leaving. A
+    // read-write lock never hands over (its release may free it for many readers).
+    let may_offer =
+        keep.is_none() && inner.hands_over() && !inner.closed.is_set() && !hold.kind.is_rw();
     let (_in_flight, plan) = inner
         .table
         .begin_release(&hold.name, &hold.field, may_offer, |q| {
@@ -128,6 +136,7 @@ async fn send_release(
         retry: false,
         // A fenced waiter's grant needs a token even if the releasing handle is plain.
         fenced: hold.fenced || offer.as_ref().is_some_and(|o| o.ticket.fenced),
+        kind: hold.kind,
     };
     let mut attempt = 0;
     let outcome = loop {
@@ -194,11 +203,11 @@ pub(crate) async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
     let work = async {
         let releases = holds
             .iter()
-            .map(|(name, field)| release_field(inner, name, field));
+            .map(|((name, field), kind)| release_field(inner, name, field, *kind));
         for (outcome, (name, _)) in futures_util::future::join_all(releases)
             .await
             .into_iter()
-            .zip(&holds)
+            .zip(holds.iter().map(|(slot, _)| slot))
         {
             if let Err(e) = outcome {
                 tracing::warn!(lock = %name, error = %e, "shutdown could not release a hold; it expires with its lease");

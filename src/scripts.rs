@@ -105,6 +105,42 @@ pub(crate) static LATCH_SET: Lazy<LuaScript> = Lazy::new(|| {
         *v == Value::Int(1)
     })
 });
+/// The read-write lock's read acquire (`lua/read_acquire.lua`).
+pub(crate) static READ_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(
+        include_str!("../lua/read_acquire.lua"),
+        |v| matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1)))),
+    )
+});
+/// The read-write lock's write acquire (`lua/write_acquire.lua`).
+pub(crate) static WRITE_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(
+        include_str!("../lua/write_acquire.lua"),
+        |v| matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1)))),
+    )
+});
+/// The read-write lock's read unlock (`lua/read_unlock.lua`).
+pub(crate) static READ_UNLOCK: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/read_unlock.lua"), |v| *v != Value::Nil));
+/// The read-write lock's write unlock (`lua/write_unlock.lua`).
+pub(crate) static WRITE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(include_str!("../lua/write_unlock.lua"), |v| {
+        *v != Value::Nil
+    })
+});
+/// The batched renewal of read holds (`lua/read_renew.lua`).
+pub(crate) static READ_RENEW: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(
+        include_str!("../lua/read_renew.lua"),
+        |v| matches!(v, Value::Array(a) if a.contains(&Value::Int(1))),
+    )
+});
+/// The read-write lock's force unlock (`lua/rw_force_unlock.lua`).
+pub(crate) static RW_FORCE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(include_str!("../lua/rw_force_unlock.lua"), |v| {
+        *v == Value::Int(1)
+    })
+});
 
 /// Keys and arguments for one script call. Owns its data so the call can outlive the
 /// caller's future (a request finished in the background after its caller left).
@@ -177,6 +213,12 @@ mod tests {
             &*PERMIT_AVAILABLE,
             &*LATCH_COUNT_DOWN,
             &*LATCH_SET,
+            &*READ_ACQUIRE,
+            &*WRITE_ACQUIRE,
+            &*READ_UNLOCK,
+            &*WRITE_UNLOCK,
+            &*READ_RENEW,
+            &*RW_FORCE_UNLOCK,
         ] {
             assert_eq!(s.sha.len(), 40);
             assert!(s.sha.chars().all(|c| c.is_ascii_hexdigit()));

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use crate::background::Signal;
 use crate::queue::Queue;
+use crate::raw::Kind;
 
 pub(crate) use holds::{Begin, Handback};
 
@@ -37,6 +38,8 @@ pub(crate) struct WatchEntry {
     pub(crate) lost: Signal,
     /// The fencing token of the hold taken in Redis; local re-entries share it.
     pub(crate) token: u64,
+    /// Which renew script keeps it.
+    pub(crate) kind: Kind,
     /// The latest moment the lease is known to last: send time of the last successful
     /// acquire or renewal, plus the lease. Measured on our monotonic clock, from when the
     /// request was sent, so it errs early.
@@ -76,8 +79,9 @@ struct Watched {
 }
 
 /// What the client knows of one holder field of one name.
-#[derive(Default)]
 struct Holder {
+    /// The layout of the holds (set when one is taken; a field holds one kind).
+    kind: Kind,
     watched: Option<Watched>,
     /// Fixed-lease guards alive.
     fixed: u32,
@@ -85,6 +89,18 @@ struct Holder {
     in_flight: u32,
     /// Told when `in_flight` drops to 0; made only when someone waits for that.
     settled: Option<Arc<Notify>>,
+}
+
+impl Default for Holder {
+    fn default() -> Holder {
+        Holder {
+            kind: Kind::Plain,
+            watched: None,
+            fixed: 0,
+            in_flight: 0,
+            settled: None,
+        }
+    }
 }
 
 impl Holder {
@@ -314,14 +330,14 @@ impl Table {
     }
 
     /// Forgets every hold (the client shuts down), marking watchdog holds lost. Returns
-    /// the `(name, field)` of each, for their releases.
-    pub(crate) fn drain(&self) -> Vec<SlotKey> {
+    /// the `(name, field)` of each and its kind, for their releases.
+    pub(crate) fn drain(&self) -> Vec<(SlotKey, Kind)> {
         let mut names = self.names.lock();
         let mut held = Vec::new();
         for (name, e) in names.iter_mut() {
             e.holders.retain(|field, h| {
                 if h.holds() {
-                    held.push((name.clone(), field.clone()));
+                    held.push(((name.clone(), field.clone()), h.kind));
                 }
                 if let Some(w) = h.watched.take() {
                     w.entry.lost.set();

@@ -7,6 +7,7 @@ use crate::config::MAX_NAME_LEN;
 use crate::error::{Error, Result};
 use crate::identity::{holder_field, OwnerId};
 use crate::raw;
+pub(crate) use crate::raw::Kind;
 use crate::services::ClientInner;
 
 /// One lock of one client: what [`Lock`](crate::Lock) wraps and every guard keeps.
@@ -18,18 +19,23 @@ pub(crate) struct Target {
     pub(crate) token_key: Arc<str>,
     /// A fenced lock: every acquisition draws a token (Redisson's `RFencedLock`).
     pub(crate) fenced: bool,
+    pub(crate) kind: Kind,
 }
 
 impl Target {
-    pub(crate) fn new(inner: Arc<ClientInner>, name: String, fenced: bool) -> Target {
-        let channel = raw::channel_name(&name).into();
+    pub(crate) fn new(inner: Arc<ClientInner>, name: String, fenced: bool, kind: Kind) -> Target {
+        let channel = match kind {
+            Kind::Plain => raw::channel_name(&name),
+            Kind::Read | Kind::Write => raw::rw_channel_name(&name),
+        };
         let token_key = raw::token_key(&name).into();
         Target {
             inner,
             name: name.into(),
-            channel,
+            channel: channel.into(),
             token_key,
-            fenced,
+            fenced: fenced && kind == Kind::Plain,
+            kind,
         }
     }
 
@@ -64,7 +70,16 @@ impl Target {
 
     pub(crate) fn current_field(&self) -> (OwnerId, Arc<str>) {
         let owner = OwnerId::current();
-        (owner, holder_field(&self.inner().id, owner).into())
+        (owner, self.field_of(owner))
+    }
+
+    /// The holder field `owner` writes in the hash: Redisson's write lock marks its own.
+    pub(crate) fn field_of(&self, owner: OwnerId) -> Arc<str> {
+        let field = holder_field(&self.inner().id, owner);
+        match self.kind {
+            Kind::Write => format!("{field}:write").into(),
+            Kind::Plain | Kind::Read => field.into(),
+        }
     }
 
     pub(crate) fn hold(&self, field: &Arc<str>) -> Hold {
@@ -74,6 +89,7 @@ impl Target {
             token_key: self.token_key.clone(),
             field: field.clone(),
             fenced: self.fenced,
+            kind: self.kind,
         }
     }
 }
@@ -90,4 +106,5 @@ pub(crate) struct Hold {
     pub(crate) token_key: Arc<str>,
     pub(crate) field: Arc<str>,
     pub(crate) fenced: bool,
+    pub(crate) kind: Kind,
 }

@@ -28,7 +28,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::background::Background;
 use crate::config::Config;
 use crate::connection::Conn;
-use crate::raw;
+use crate::raw::{self, Kind};
 use crate::stats::{Counters, Event};
 use crate::table::{Table, WatchEntry};
 
@@ -121,12 +121,13 @@ impl Watchdog {
         field: &Arc<str>,
         sent_at: Instant,
         token: u64,
+        kind: Kind,
     ) -> Arc<WatchEntry> {
         // A timer stopped with its runtime would never renew this hold.
         self.ensure_timer();
         self.shared
             .table
-            .add_watched(name, field, sent_at + self.shared.lease, token)
+            .add_watched(name, field, sent_at + self.shared.lease, token, kind)
     }
 
     /// Whether `entry` is lost: marked so, or its confirmed lease has run out by the
@@ -243,8 +244,19 @@ impl Shared {
                 self.mark_lost(&entry, EXPIRED);
             }
         }
-        // On a cluster one script may only touch one slot's keys.
-        let groups = self.conn.group_by_slot(live, |e| e.name.as_bytes());
+        // On a cluster one script may only touch one slot's keys; read holds have a
+        // renew script of their own.
+        let groups: Vec<Vec<Arc<WatchEntry>>> = self
+            .conn
+            .group_by_slot(live, |e| e.name.as_bytes())
+            .into_iter()
+            .flat_map(|g| {
+                let (read, other): (Vec<_>, Vec<_>) =
+                    g.into_iter().partition(|e| e.kind == Kind::Read);
+                [read, other]
+            })
+            .filter(|g| !g.is_empty())
+            .collect();
         let batches = groups
             .iter()
             .flat_map(|g| g.chunks(BATCH))
@@ -259,7 +271,12 @@ impl Shared {
             attempt += 1;
             let sent = Instant::now();
             let pairs: Vec<(&str, &str)> = chunk.iter().map(|e| (&*e.name, &*e.field)).collect();
-            let err = match raw::renew(&self.conn, &pairs, self.lease).await {
+            let renewed = if chunk.first().is_some_and(|e| e.kind == Kind::Read) {
+                raw::renew_read(&self.conn, &pairs, self.lease).await
+            } else {
+                raw::renew(&self.conn, &pairs, self.lease).await
+            };
+            let err = match renewed {
                 Ok(results) => {
                     let mut n = 0;
                     for (entry, renewed) in chunk.iter().zip(results) {

@@ -117,7 +117,7 @@ pub(super) async fn actor(
                 msg = stream.next() => {
                     let Some(msg) = msg else { break "connection closed".to_string() };
                     let Some(shared) = weak.upgrade() else { return };
-                    shared.deliver(msg.get_channel_name().as_bytes());
+                    shared.deliver(msg.get_channel_name().as_bytes(), msg.get_payload_bytes());
                 }
             }
         };

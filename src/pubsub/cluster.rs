@@ -218,7 +218,11 @@ impl ClusterHub {
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
                 if let Some(Value::BulkString(ch)) = push.data.first() {
-                    shared.deliver(ch);
+                    let payload = match push.data.get(1) {
+                        Some(Value::BulkString(p)) => p.as_slice(),
+                        _ => &[],
+                    };
+                    shared.deliver(ch, payload);
                 }
             }
             PushKind::SUnsubscribe | PushKind::Unsubscribe => {

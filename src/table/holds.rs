@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::{Holder, InFlightGuard, Table, WatchEntry, Watched};
 use crate::background::Signal;
 use crate::queue::Queue;
+use crate::raw::Kind;
 
 /// How an acquire of a field starts (see [`Table::begin_acquire`]).
 pub(crate) enum Begin {
@@ -77,8 +78,10 @@ impl Table {
         field: &Arc<str>,
         until: Instant,
         token: u64,
+        kind: Kind,
     ) -> Arc<WatchEntry> {
         self.with_holder(name, field, |h, _| {
+            h.kind = kind;
             let w = h.watched.get_or_insert_with(|| Watched {
                 guards: 0,
                 remote: 0,
@@ -87,6 +90,7 @@ impl Table {
                     field: field.clone(),
                     lost: Signal::default(),
                     token,
+                    kind,
                     valid_until: Mutex::new(until),
                 }),
             });
@@ -103,8 +107,11 @@ impl Table {
     }
 
     /// Records a fixed-lease hold taken in Redis.
-    pub(crate) fn add_fixed(&self, name: &Arc<str>, field: &Arc<str>) {
-        self.with_holder(name, field, |h, _| h.fixed += 1);
+    pub(crate) fn add_fixed(&self, name: &Arc<str>, field: &Arc<str>, kind: Kind) {
+        self.with_holder(name, field, |h, _| {
+            h.kind = kind;
+            h.fixed += 1;
+        });
     }
 
     /// Gives back one watchdog guard of `entry`; `lost`: the guard found it lost.

@@ -36,8 +36,14 @@ async fn an_entry_goes_once_nothing_is_left_in_it() {
         Duration::from_millis(5),
     ));
     let (n, f): (Arc<str>, Arc<str>) = ("n".into(), "f".into());
-    let e = t.add_watched(&n, &f, Instant::now() + Duration::from_secs(30), 0);
-    t.add_fixed(&n, &f);
+    let e = t.add_watched(
+        &n,
+        &f,
+        Instant::now() + Duration::from_secs(30),
+        0,
+        Kind::Plain,
+    );
+    t.add_fixed(&n, &f, Kind::Plain);
     assert!(t.holds(&n, &f));
     assert!(matches!(
         t.begin_acquire(&n, &f, true, false),
@@ -61,14 +67,26 @@ async fn an_entry_goes_once_nothing_is_left_in_it() {
     ));
     assert_eq!(t.len(), 0, "an empty entry was kept");
     // A lost hold's field is swept only when nothing else uses it.
-    let e = t.add_watched(&n, &f, Instant::now() + Duration::from_secs(30), 0);
+    let e = t.add_watched(
+        &n,
+        &f,
+        Instant::now() + Duration::from_secs(30),
+        0,
+        Kind::Plain,
+    );
     let busy = t.begin(&n, &f);
     assert!(matches!(
         t.release_watched(&e, true),
         Handback::Lost { sweep: None }
     ));
     drop(busy);
-    let e = t.add_watched(&n, &f, Instant::now() + Duration::from_secs(30), 0);
+    let e = t.add_watched(
+        &n,
+        &f,
+        Instant::now() + Duration::from_secs(30),
+        0,
+        Kind::Plain,
+    );
     match t.release_watched(&e, true) {
         Handback::Lost { sweep: Some(g) } => drop(g),
         _ => panic!("an unused field is swept"),

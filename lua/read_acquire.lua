@@ -1,0 +1,51 @@
+-- Take or re-enter the read half of a read-write lock (Redisson's RReadWriteLock
+-- layout), at most once per request.
+-- KEYS[1]  lock hash (the lock's name): field 'mode' = 'read' | 'write', one field per holder
+-- KEYS[2]  this holder's timeout key prefix: {<name>}:<field>:rwlock_timeout (hold n has
+--          the key <prefix>:<n>, value 1, expiring with that hold's lease)
+-- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  holder field: "<client uuid>:<owner id>" (its write field is that plus ':write')
+-- ARGV[3]  how long the latch is kept, in ms
+-- ARGV[4]  '1' when the client knows of no read hold of this field, '0' otherwise
+-- ARGV[5]  '1' when this request was sent before and its reply was lost, '0' the first time
+-- Returns {1, 0, latched} when the caller now holds one more read hold; {0, pttl} when a
+-- writer other than the caller holds the lock.
+if ARGV[5] == '1' then
+    local granted = redis.call('get', KEYS[3])
+    local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+    -- The first send granted (its latch says so, or the field the client did not have
+    -- is there now): the hold it made is counted from now, as the client counts it.
+    if count and (granted or ARGV[4] == '1') then
+        redis.call('pexpire', KEYS[2] .. ':' .. count, ARGV[1])
+        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+            redis.call('pexpire', KEYS[1], ARGV[1])
+        end
+        if granted then
+            return {1, 0, 1}
+        end
+        return {1, 0, 0}
+    end
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+-- Readers share; the writer may also read (a downgrade), as in Redisson.
+if mode == false or mode == 'read'
+    or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 1) then
+    if mode == false then
+        redis.call('hset', KEYS[1], 'mode', 'read')
+    end
+    local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
+    -- Never shortens the hash's TTL: other holders may have longer leases.
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+    end
+    -- A first hold of a field the client did not hold is recognised on retry by the
+    -- field alone; a further hold could not be told from the earlier ones, so it is latched.
+    if n == 1 and ARGV[4] == '1' then
+        return {1, 0, 0}
+    end
+    redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+    return {1, 0, 1}
+end
+return {0, redis.call('pttl', KEYS[1])}

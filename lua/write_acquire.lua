@@ -1,0 +1,44 @@
+-- Take or re-enter the write half of a read-write lock (Redisson's RReadWriteLock
+-- layout), at most once per request.
+-- KEYS[1]  lock hash (the lock's name): field 'mode' = 'read' | 'write', one field per holder
+-- KEYS[2]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  write holder field: "<client uuid>:<owner id>:write"
+-- ARGV[3]  how long the latch is kept, in ms
+-- ARGV[4]  '1' when the client knows of no write hold of this field, '0' otherwise
+-- ARGV[5]  '1' when this request was sent before and its reply was lost, '0' the first time
+-- Returns {1, 0, latched} when the caller now holds one more write hold; {0, pttl} when
+-- anyone else holds the lock, readers included (the caller's own read holds too: an
+-- upgrade is refused by the client before it gets here).
+if ARGV[5] == '1' then
+    local granted = redis.call('get', KEYS[2])
+    if (granted or ARGV[4] == '1') and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+            redis.call('pexpire', KEYS[1], ARGV[1])
+        end
+        if granted then
+            return {1, 0, 1}
+        end
+        return {1, 0, 0}
+    end
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+    redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    if ARGV[4] == '1' then
+        return {1, 0, 0}
+    end
+    redis.call('set', KEYS[2], 0, 'px', ARGV[3])
+    return {1, 0, 1}
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    -- A re-entry never shortens the lease (Redisson adds the lease to the PTTL instead).
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+    end
+    redis.call('set', KEYS[2], 0, 'px', ARGV[3])
+    return {1, 0, 1}
+end
+return {0, redis.call('pttl', KEYS[1])}

@@ -1,0 +1,163 @@
+//! The read-write lock's calls (Redisson's `RReadWriteLock` layout): its keys, and the
+//! scripts that differ from a plain lock's.
+
+use std::time::Duration;
+
+use redis::{FromRedisValue, Value};
+
+use super::{flag, ms, prefixed, unexpected, AcquireCall, Kind, ReleaseCall};
+use crate::connection::Conn;
+use crate::error::{Error, Result};
+use crate::scripts::{
+    ScriptCall, READ_ACQUIRE, READ_RENEW, READ_UNLOCK, RW_FORCE_UNLOCK, WRITE_ACQUIRE, WRITE_UNLOCK,
+};
+use crate::slot::has_hash_tag;
+
+/// The message a write unlock publishes on a read-write lock's channel (Redisson's
+/// `LockPubSub.READ_UNLOCK_MESSAGE`): every waiter may try, since readers share. The
+/// last reader's unlock publishes [`UNLOCK_MESSAGE`](super::UNLOCK_MESSAGE) (`"0"`).
+pub const READ_UNLOCK_MESSAGE: &str = "1";
+
+/// What every read-write lock's channel starts with.
+pub(crate) const RW_CHANNEL_PREFIX: &str = "redisson_rwlock:";
+
+/// The pub/sub channel of the read-write lock `name`: `redisson_rwlock:{<name>}`, shared
+/// by its readers and writers.
+pub fn rw_channel_name(name: &str) -> String {
+    prefixed(RW_CHANNEL_PREFIX.trim_end_matches(':'), name)
+}
+
+/// `{<name>}`, or `<name>` when the name carries its own hash tag: what every read hold's
+/// timeout key starts with (Redisson's `suffixName` without the suffix).
+fn key_prefix(name: &str) -> String {
+    if has_hash_tag(name.as_bytes()) {
+        name.to_string()
+    } else {
+        format!("{{{name}}}")
+    }
+}
+
+/// The timeout keys of one reader's holds, without the hold number:
+/// `{<name>}:<field>:rwlock_timeout` (hold `n` is `<prefix>:<n>`).
+pub(crate) fn timeout_prefix(name: &str, field: &str) -> String {
+    format!("{}:{field}:rwlock_timeout", key_prefix(name))
+}
+
+pub(super) fn acquire_call(call: &AcquireCall<'_>) -> ScriptCall {
+    let script = if call.kind == Kind::Read {
+        READ_ACQUIRE
+            .call()
+            .key(call.name)
+            .key(timeout_prefix(call.name, call.field))
+    } else {
+        WRITE_ACQUIRE.call().key(call.name)
+    };
+    script
+        .key(call.latch)
+        .arg(ms(call.lease))
+        .arg(call.field)
+        .arg(ms(call.latch_ttl).max(1))
+        .arg(flag(call.fresh))
+        .arg(flag(call.retry))
+}
+
+/// A read-write lock never hands over: `call.next` is not sent.
+pub(super) fn release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
+    if call.kind == Kind::Read {
+        READ_UNLOCK
+            .call()
+            .key(call.name)
+            .key(call.channel)
+            .key(call.latch)
+            .key(timeout_prefix(call.name, call.field))
+            .key(key_prefix(call.name))
+            .arg(super::UNLOCK_MESSAGE)
+            .arg(call.field)
+            .arg(ms(call.latch_ttl).max(1))
+            .arg(conn.publish_command())
+            .arg(call.holds)
+            .arg(flag(call.retry))
+    } else {
+        WRITE_UNLOCK
+            .call()
+            .key(call.name)
+            .key(call.channel)
+            .key(call.latch)
+            .arg(READ_UNLOCK_MESSAGE)
+            .arg(call.keep.map(ms).unwrap_or(0))
+            .arg(call.field)
+            .arg(ms(call.latch_ttl).max(1))
+            .arg(conn.publish_command())
+            .arg(call.holds)
+            .arg(flag(call.retry))
+    }
+}
+
+/// Renews a batch of read holds `(name, field)`, their timeout keys with them;
+/// `true` where the lease was extended.
+pub(crate) async fn renew_read(
+    conn: &Conn,
+    batch: &[(&str, &str)],
+    lease: Duration,
+) -> Result<Vec<bool>> {
+    let mut call = READ_RENEW.call();
+    for (name, field) in batch {
+        call = call.key(name).key(timeout_prefix(name, field));
+    }
+    call = call.arg(ms(lease));
+    for (_, field) in batch {
+        call = call.arg(field);
+    }
+    let first = batch.first().map(|b| b.0).unwrap_or("");
+    let (reply, _) = call
+        .run(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, first, conn.response_timeout))?;
+    match reply {
+        Value::Array(items) if items.len() == batch.len() => Ok(items
+            .into_iter()
+            .map(|v| i64::from_redis_value(v).ok() == Some(1))
+            .collect()),
+        ref v => Err(unexpected("read renew", v)),
+    }
+}
+
+/// Deletes the read-write lock `name` if it is in the mode of `kind` (Redisson's
+/// `forceUnlock` of its read or write lock). Returns whether it was deleted.
+pub(crate) async fn force_release_rw(
+    conn: &Conn,
+    name: &str,
+    channel: &str,
+    kind: Kind,
+) -> Result<bool> {
+    let (mode, message) = match kind {
+        Kind::Write => ("write", READ_UNLOCK_MESSAGE),
+        _ => ("read", super::UNLOCK_MESSAGE),
+    };
+    let (reply, _) = RW_FORCE_UNLOCK
+        .call()
+        .key(name)
+        .key(channel)
+        .arg(mode)
+        .arg(message)
+        .arg(conn.publish_command())
+        .run(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
+    match i64::from_redis_value(reply.clone()) {
+        Ok(n) => Ok(n == 1),
+        Err(_) => Err(unexpected("force unlock", &reply)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_redisson_layout() {
+        assert_eq!(rw_channel_name("doc:1"), "redisson_rwlock:{doc:1}");
+        assert_eq!(timeout_prefix("doc:1", "u:7"), "{doc:1}:u:7:rwlock_timeout");
+        assert_eq!(timeout_prefix("{t}doc", "u:7"), "{t}doc:u:7:rwlock_timeout");
+    }
+}

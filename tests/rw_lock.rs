@@ -1,0 +1,602 @@
+//! The read-write lock (Redisson's `RReadWriteLock` layout), on a real redis-server per
+//! test.
+
+mod common;
+
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{eventually, RedisServer};
+use redis_rlock::{Client, Error, OwnerId};
+
+async fn client(s: &RedisServer) -> Client {
+    Client::connect(&s.url()).await.unwrap()
+}
+
+async fn client_wd(s: &RedisServer, wd: Duration) -> Client {
+    Client::builder(s.url())
+        .watchdog_timeout(wd)
+        .build()
+        .await
+        .unwrap()
+}
+
+fn keys(s: &RedisServer, pattern: &str) -> Vec<String> {
+    s.cmd(&["KEYS", pattern])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_and_a_writer_excludes_everyone() {
+    let s = RedisServer::start();
+    let (a, b) = (client(&s).await, client(&s).await);
+    let (ra, rb) = (a.read_write_lock("doc"), b.read_write_lock("doc"));
+
+    let r1 = ra.read().try_lock().await.unwrap().expect("first reader");
+    let r2 = rb.read().try_lock().await.unwrap().expect("readers share");
+    assert_eq!(s.cmd::<String>(&["HGET", "doc", "mode"]), "read");
+    // One timeout key per read hold, in Redisson's layout.
+    let f1 = r1.holder_field().to_string();
+    let t1 = format!("{{doc}}:{f1}:rwlock_timeout:1");
+    assert_eq!(s.cmd::<i64>(&["EXISTS", &t1]), 1);
+    assert!(!f1.ends_with(":write"));
+    // This task holds read locks of both clients: asking either for the write lock is
+    // an upgrade. Another task's writer, of either client, waits.
+    assert!(matches!(
+        rb.write().try_lock().await,
+        Err(Error::UpgradeRefused { .. })
+    ));
+    let (wa, wb) = (ra.write(), rb.write());
+    let blocked = tokio::spawn(async move {
+        wb.try_lock().await.unwrap().is_none()
+            && wa
+                .try_lock_for(Duration::from_millis(200), None)
+                .await
+                .unwrap()
+                .is_none()
+    });
+    assert!(blocked.await.unwrap(), "a writer got in among readers");
+    r1.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", &t1]), 0);
+    let wa = ra.write();
+    let blocked = tokio::spawn(async move { wa.try_lock().await.unwrap().is_none() });
+    assert!(blocked.await.unwrap());
+    r2.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "doc"]), 0);
+
+    let w = ra
+        .write()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free for a writer");
+    assert_eq!(s.cmd::<String>(&["HGET", "doc", "mode"]), "write");
+    assert!(w.holder_field().ends_with(":write"));
+    assert!(rb.read().try_lock().await.unwrap().is_none());
+    assert!(rb.write().try_lock().await.unwrap().is_none());
+    // Another owner of the same client is excluded too.
+    let other = ra.clone();
+    let r = tokio::spawn(async move { other.read().try_lock().await.unwrap().is_none() });
+    assert!(
+        r.await.unwrap(),
+        "another task must not read under a writer"
+    );
+    w.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "doc"]), 0);
+    assert!(keys(&s, "*rwlock_timeout*").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_writers_are_alone_and_readers_overlap() {
+    let s = RedisServer::start();
+    let clients = [client(&s).await, client(&s).await];
+    let readers = Arc::new(AtomicI64::new(0));
+    let writers = Arc::new(AtomicI64::new(0));
+    let violations = Arc::new(AtomicUsize::new(0));
+    let max_readers = Arc::new(AtomicI64::new(0));
+    let served = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for c in &clients {
+        for i in 0..6 {
+            let rw = c.read_write_lock("load");
+            let (readers, writers, violations, max_readers, served) = (
+                readers.clone(),
+                writers.clone(),
+                violations.clone(),
+                max_readers.clone(),
+                served.clone(),
+            );
+            let write = i < 2;
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..15 {
+                    let lock = if write { rw.write() } else { rw.read() };
+                    let g = lock
+                        .try_lock_for(Duration::from_secs(20), None)
+                        .await
+                        .unwrap()
+                        .expect("served within 20 s");
+                    if write {
+                        if writers.fetch_add(1, Ordering::SeqCst) != 0
+                            || readers.load(Ordering::SeqCst) != 0
+                        {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                    } else {
+                        let n = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                        max_readers.fetch_max(n, Ordering::SeqCst);
+                        if writers.load(Ordering::SeqCst) != 0 {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(4)).await;
+                    if write {
+                        writers.fetch_sub(1, Ordering::SeqCst);
+                    } else {
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    g.unlock().await.unwrap();
+                    served.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("load finished")
+            .unwrap();
+    }
+    assert_eq!(served.load(Ordering::SeqCst), 2 * 6 * 15);
+    assert_eq!(violations.load(Ordering::SeqCst), 0, "exclusion violated");
+    assert!(
+        max_readers.load(Ordering::SeqCst) > 1,
+        "readers never shared the lock"
+    );
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "load"]), 0);
+    assert!(keys(&s, "*rwlock_timeout*").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentry_downgrade_and_upgrade_refused() {
+    let s = RedisServer::start();
+    let c = client(&s).await;
+    let rw = c.read_write_lock("re");
+
+    // Write in write, then read in write (downgrade).
+    let w1 = rw.write().lock().await.unwrap();
+    let w2 = rw
+        .write()
+        .lock_with_lease(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(rw.write().hold_count().await.unwrap(), 2);
+    let r1 = rw.read().lock().await.unwrap();
+    let field = r1.holder_field().to_string();
+    assert_eq!(s.cmd::<String>(&["HGET", "re", &field]), "1");
+    assert_eq!(s.cmd::<String>(&["HGET", "re", "mode"]), "write");
+    w2.unlock().await.unwrap();
+    w1.unlock().await.unwrap();
+    // The writer's own read hold remains: mode turns read, other readers may enter.
+    assert_eq!(s.cmd::<String>(&["HGET", "re", "mode"]), "read");
+    let other = rw.clone();
+    let shared = tokio::spawn(async move {
+        let g = other.read().try_lock().await.unwrap();
+        g.is_some()
+    });
+    assert!(shared.await.unwrap());
+
+    // Read in read, with a fixed lease too: one timeout key per hold in the hash.
+    let r2 = rw.read().lock().await.unwrap();
+    let r3 = rw
+        .read()
+        .lock_with_lease(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(rw.read().hold_count().await.unwrap(), 3);
+
+    // Upgrade: refused at once, whatever the call.
+    let t = Instant::now();
+    let write = rw.write();
+    let refused = tokio::time::timeout(Duration::from_secs(2), write.lock());
+    match refused
+        .await
+        .expect("refused at once, not a wait for itself")
+    {
+        Err(Error::UpgradeRefused { name }) => assert_eq!(name, "re"),
+        other => panic!("expected UpgradeRefused, got {other:?}"),
+    }
+    assert!(matches!(
+        rw.write().try_lock_for(Duration::from_secs(5), None).await,
+        Err(Error::UpgradeRefused { .. })
+    ));
+    assert!(t.elapsed() < Duration::from_secs(1));
+    // Another owner of the client is not refused, it waits.
+    let other = rw.clone();
+    let waits = tokio::spawn(async move {
+        other
+            .write()
+            .try_lock_for(Duration::from_millis(100), None)
+            .await
+            .unwrap()
+            .is_none()
+    });
+    assert!(waits.await.unwrap());
+
+    r3.unlock().await.unwrap();
+    r2.unlock().await.unwrap();
+    r1.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "re"]), 0);
+    assert!(keys(&s, "*rwlock_timeout*").is_empty());
+    // With no read hold left, the write lock is granted.
+    rw.write().lock().await.unwrap().unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_a_read_lock_and_its_timeout_key() {
+    let s = RedisServer::start();
+    let wd = Duration::from_secs(1);
+    let (c, other) = (client_wd(&s, wd).await, client(&s).await);
+    let rw = c.read_write_lock("wd");
+    let g = rw.read().lock().await.unwrap();
+    let key = format!("{{wd}}:{}:rwlock_timeout:1", g.holder_field());
+    tokio::time::sleep(wd * 3 + Duration::from_millis(300)).await;
+    assert!(!g.is_lost());
+    assert_eq!(s.cmd::<i64>(&["EXISTS", &key]), 1, "timeout key renewed");
+    let ttl: i64 = s.cmd(&["PTTL", "wd"]);
+    assert!(ttl > 0 && ttl <= 1000, "hash ttl {ttl}");
+    assert!(other
+        .read_write_lock("wd")
+        .write()
+        .try_lock()
+        .await
+        .unwrap()
+        .is_none());
+    // Another reader's unlock must not find the lock free: the kept timeout key counts.
+    let r = other.read_write_lock("wd").read().lock().await.unwrap();
+    r.unlock().await.unwrap();
+    assert_eq!(s.cmd::<String>(&["HGET", "wd", "mode"]), "read");
+    tokio::time::sleep(wd).await;
+    assert!(!g.is_lost());
+    g.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "wd"]), 0);
+
+    // Loss of a read hold is reported as for a lock.
+    let g = rw.read().lock().await.unwrap();
+    s.cmd::<i64>(&["DEL", "wd"]);
+    tokio::time::timeout(wd * 2, g.lost())
+        .await
+        .expect("loss reported");
+    assert!(matches!(g.unlock().await, Err(Error::LeaseLost { .. })));
+}
+
+/// Redisson's read and write scripts (RedissonReadLock / RedissonWriteLock), retyped
+/// from their logic; the peer's holder is `peer:<thread>`.
+const PEER_READ_ACQUIRE: &str = r"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+  redis.call('hset', KEYS[1], 'mode', 'read')
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('set', KEYS[2] .. ':1', 1)
+  redis.call('pexpire', KEYS[2] .. ':1', ARGV[1])
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+  local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('set', KEYS[2] .. ':' .. n, 1)
+  redis.call('pexpire', KEYS[2] .. ':' .. n, ARGV[1])
+  redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), ARGV[1]))
+  return nil
+end
+return redis.call('pttl', KEYS[1])
+";
+
+const PEER_READ_UNLOCK: &str = r"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+  redis.call('publish', KEYS[2], ARGV[1])
+  return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end
+local c = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+if c == 0 then redis.call('hdel', KEYS[1], ARGV[2]) end
+redis.call('del', KEYS[3] .. ':' .. (c + 1))
+if redis.call('hlen', KEYS[1]) > 1 then
+  local longest = -3
+  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do
+    local k = tonumber(redis.call('hget', KEYS[1], f))
+    if type(k) == 'number' then
+      for i = k, 1, -1 do
+        longest = math.max(longest, redis.call('pttl', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i))
+      end
+    end
+  end
+  if longest > 0 then
+    redis.call('pexpire', KEYS[1], longest)
+    return 0
+  end
+  if mode == 'write' then return 0 end
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return 1
+";
+
+const PEER_WRITE_ACQUIRE: &str = r"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+  redis.call('hset', KEYS[1], 'mode', 'write')
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], redis.call('pttl', KEYS[1]) + ARGV[1])
+  return nil
+end
+return redis.call('pttl', KEYS[1])
+";
+
+const PEER_WRITE_UNLOCK: &str = r"
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+  redis.call('publish', KEYS[2], ARGV[1])
+  return nil
+end
+if mode ~= 'write' then return nil end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end
+local c = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if c > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 0
+end
+redis.call('hdel', KEYS[1], ARGV[3])
+if redis.call('hlen', KEYS[1]) == 1 then
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], ARGV[1])
+else
+  redis.call('hset', KEYS[1], 'mode', 'read')
+end
+return 1
+";
+
+/// A Redisson client speaking the read-write lock's scripts, holder `peer:<thread>`.
+struct Peer {
+    conn: redis::aio::MultiplexedConnection,
+    name: String,
+}
+
+impl Peer {
+    async fn new(s: &RedisServer, name: &str) -> Peer {
+        let conn = redis::Client::open(s.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        Peer {
+            conn,
+            name: name.to_string(),
+        }
+    }
+
+    /// `None` when granted, else the PTTL.
+    async fn read(&mut self, thread: u32, lease_ms: u64) -> Option<i64> {
+        let field = format!("peer:{thread}");
+        redis::Script::new(PEER_READ_ACQUIRE)
+            .key(&self.name)
+            .key(format!("{{{}}}:{field}:rwlock_timeout", self.name))
+            .arg(lease_ms)
+            .arg(&field)
+            .arg(format!("{field}:write"))
+            .invoke_async(&mut self.conn)
+            .await
+            .unwrap()
+    }
+
+    async fn read_unlock(&mut self, thread: u32) -> Option<i64> {
+        let field = format!("peer:{thread}");
+        redis::Script::new(PEER_READ_UNLOCK)
+            .key(&self.name)
+            .key(format!("redisson_rwlock:{{{}}}", self.name))
+            .key(format!("{{{}}}:{field}:rwlock_timeout", self.name))
+            .key(format!("{{{}}}", self.name))
+            .arg("0")
+            .arg(&field)
+            .invoke_async(&mut self.conn)
+            .await
+            .unwrap()
+    }
+
+    async fn write(&mut self, thread: u32, lease_ms: u64) -> Option<i64> {
+        redis::Script::new(PEER_WRITE_ACQUIRE)
+            .key(&self.name)
+            .arg(lease_ms)
+            .arg(format!("peer:{thread}:write"))
+            .invoke_async(&mut self.conn)
+            .await
+            .unwrap()
+    }
+
+    async fn write_unlock(&mut self, thread: u32) -> Option<i64> {
+        redis::Script::new(PEER_WRITE_UNLOCK)
+            .key(&self.name)
+            .key(format!("redisson_rwlock:{{{}}}", self.name))
+            .arg("1")
+            .arg(30_000)
+            .arg(format!("peer:{thread}:write"))
+            .invoke_async(&mut self.conn)
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interoperates_with_a_redisson_peer() {
+    let s = RedisServer::start();
+    let c = client(&s).await;
+    let rw = c.read_write_lock("shared");
+    let mut peer = Peer::new(&s, "shared").await;
+
+    // Peer reads; we read too; our writer waits and is woken by the peer's last unlock
+    // (the peer's lease is 30 s, so only the message can wake it soon).
+    assert_eq!(peer.read(1, 30_000).await, None);
+    let r = rw.read().try_lock().await.unwrap().expect("readers share");
+    assert!(rw.write().try_lock().await.is_err(), "upgrade refused");
+    r.unlock().await.unwrap();
+    assert_eq!(s.cmd::<String>(&["HGET", "shared", "mode"]), "read");
+    let waiter = {
+        let rw = rw.clone();
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let g = rw
+                .write()
+                .try_lock_for(Duration::from_secs(20), None)
+                .await
+                .unwrap()
+                .expect("writer served");
+            (g, t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished());
+    assert_eq!(peer.read_unlock(1).await, Some(1));
+    let (w, waited) = waiter.await.unwrap();
+    assert!(waited < Duration::from_secs(3), "woken late: {waited:?}");
+    // Our writer excludes the peer's readers and writers.
+    assert!(peer.read(1, 30_000).await.is_some_and(|t| t > 0));
+    assert!(peer.write(2, 30_000).await.is_some_and(|t| t > 0));
+
+    // The peer waits on the channel; our write unlock publishes "1" there.
+    let mut sub = redis::Client::open(s.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    sub.subscribe("redisson_rwlock:{shared}").await.unwrap();
+    w.unlock().await.unwrap();
+    let msg = tokio::time::timeout(Duration::from_secs(5), {
+        use futures_util::StreamExt;
+        let mut stream = sub.on_message();
+        async move { stream.next().await.unwrap() }
+    })
+    .await
+    .expect("unlock message");
+    assert_eq!(msg.get_payload::<String>().unwrap(), "1");
+
+    // Peer writes; our readers (several, one client) wait and all get in at its unlock.
+    assert_eq!(peer.write(2, 30_000).await, None);
+    assert_eq!(peer.write(2, 30_000).await, None, "peer re-entry");
+    assert!(rw.read().try_lock().await.unwrap().is_none());
+    // They are inside together before any leaves: the one message woke all of them.
+    let together = Arc::new(tokio::sync::Barrier::new(3));
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (rw, together) = (rw.clone(), together.clone());
+            tokio::spawn(async move {
+                let g = rw
+                    .read()
+                    .try_lock_for(Duration::from_secs(20), None)
+                    .await
+                    .unwrap()
+                    .expect("reader served");
+                let inside = Instant::now();
+                tokio::time::timeout(Duration::from_secs(3), together.wait())
+                    .await
+                    .expect("readers inside together");
+                g.unlock().await.unwrap();
+                inside
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(peer.write_unlock(2).await, Some(0));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(readers.iter().all(|r| !r.is_finished()));
+    let t = Instant::now();
+    assert_eq!(peer.write_unlock(2).await, Some(1));
+    for r in readers {
+        let done = r.await.unwrap();
+        assert!(done.duration_since(t) < Duration::from_secs(3));
+    }
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "shared"]), 0);
+
+    // Peer's downgrade (write then read) keeps our writer out until both are gone.
+    assert_eq!(peer.write(3, 30_000).await, None);
+    assert_eq!(peer.read(3, 30_000).await, None);
+    assert_eq!(peer.write_unlock(3).await, Some(1));
+    assert!(rw.write().try_lock().await.unwrap().is_none());
+    let r = rw
+        .read()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("peer is a reader now");
+    r.unlock().await.unwrap();
+    assert_eq!(peer.read_unlock(3).await, Some(1));
+    rw.write().lock().await.unwrap().unlock().await.unwrap();
+    assert!(keys(&s, "*rwlock_timeout*").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_waiter_leaves_nothing_behind() {
+    let s = RedisServer::start();
+    let (a, b) = (client(&s).await, client(&s).await);
+    let w = a.read_write_lock("gone").write().lock().await.unwrap();
+    for write in [false, true] {
+        let rw = b.read_write_lock("gone");
+        let waiter = tokio::spawn(OwnerId::scope(async move {
+            let lock = if write { rw.write() } else { rw.read() };
+            lock.lock().await.map(|_| ())
+        }));
+        assert!(
+            eventually(Duration::from_secs(5), || s
+                .numsub("redisson_rwlock:{gone}")
+                == 1)
+            .await
+        );
+        waiter.abort();
+        let _ = waiter.await;
+        assert!(
+            eventually(Duration::from_secs(5), || s
+                .numsub("redisson_rwlock:{gone}")
+                == 0)
+            .await,
+            "subscription dropped with the waiter"
+        );
+    }
+    // Acquires dropped while their request is in flight (writes stall under CLIENT
+    // PAUSE): the grants they get when the pause ends are given back.
+    w.unlock().await.unwrap();
+    for write in [false, true] {
+        let _: () = s.cmd(&["CLIENT", "PAUSE", "500", "WRITE"]);
+        let rw = b.read_write_lock("gone");
+        let t = tokio::spawn(async move {
+            let lock = if write { rw.write() } else { rw.read() };
+            let g = lock.lock().await.unwrap();
+            std::mem::forget(g); // never reached: aborted before the reply
+        });
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(!t.is_finished());
+        t.abort();
+        let _ = t.await;
+        // The pause ends and the request runs.
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                s.cmd::<i64>(&["EXISTS", "gone"]) == 0 && keys(&s, "*rwlock_timeout*").is_empty()
+            })
+            .await,
+            "a hold was left behind (write: {write})"
+        );
+    }
+    a.read_write_lock("gone")
+        .write()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free")
+        .unlock()
+        .await
+        .unwrap();
+}
