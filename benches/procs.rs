@@ -7,7 +7,7 @@
 //!     cargo bench --bench procs
 //!     RLOCK_PROCS=4 RLOCK_TASKS=8 RLOCK_HOLD_US=1000 RLOCK_SECS=5 cargo bench --bench procs
 //!
-//! `RLOCK_HANDOVER_LIMIT=0` turns hand-over off. Uses `REDIS_URL` when set; otherwise starts a redis-server on a free loopback port.
+//! `RLOCK_HANDOVER_LIMIT=0` turns hand-over off, `RLOCK_TURN_WINDOW_MS=0` turns. Uses `REDIS_URL` when set; otherwise starts a redis-server on a free loopback port.
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,6 +78,9 @@ async fn child(url: String, name: String, tasks: u64, hold: Duration, secs: u64)
     if let Ok(limit) = std::env::var("RLOCK_HANDOVER_LIMIT") {
         builder = builder.handover_limit(limit.parse().unwrap());
     }
+    if let Ok(ms) = std::env::var("RLOCK_TURN_WINDOW_MS") {
+        builder = builder.turn_window(Duration::from_millis(ms.parse().unwrap()));
+    }
     let client = builder.build().await.unwrap();
     let grants = Arc::new(AtomicU64::new(0));
     let longest = Arc::new(AtomicU64::new(0));
@@ -102,7 +105,9 @@ async fn child(url: String, name: String, tasks: u64, hold: Duration, secs: u64)
                 let waited = asked.elapsed();
                 longest.fetch_max(waited.as_micros() as u64, Ordering::Relaxed);
                 grants.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(hold).await;
+                if !hold.is_zero() {
+                    tokio::time::sleep(hold).await;
+                }
                 g.unlock().await.unwrap();
             }
         }));

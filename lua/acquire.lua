@@ -3,6 +3,8 @@
 -- KEYS[1]  lock hash (the lock's name)
 -- KEYS[2]  fencing token counter: redisson_lock_token:{<name>} (touched only when fenced)
 -- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
+-- KEYS[4]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
+-- KEYS[5]  whose turn it is to take the lock after a release: redisson_lock_turn:{<name>}
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>"
 -- ARGV[3]  how long the latch is kept, in ms
@@ -11,11 +13,16 @@
 -- ARGV[5]  '1' when this request was sent before and its reply was lost, '0' the first time
 -- ARGV[6]  '1' for a fenced lock (Redisson's RFencedLock: every grant INCRs the counter),
 --          '0' for a plain one (Redisson's RLock: the counter is never touched)
+-- ARGV[7]  turn window in ms; '0' leaves KEYS[4] and KEYS[5] alone (turns off). A
+--          client is known in them by its id, the first 36 characters of ARGV[2]
+-- ARGV[8]  '1' when the caller waits if the lock is busy: the client then joins KEYS[4]
 -- Returns {1, token, latched} when the caller now holds the lock; for a fenced lock the
 -- token is larger than every token issued before for this name, for a plain one it is 0.
 -- latched is 1 when the latch was written (the client deletes it once the request has
--- its answer). Returns {0, pttl} when someone else holds it; the PTTL bounds how long a
--- waiter sleeps.
+-- its answer). Returns {0, pttl} when someone else holds it, or when it is free but it is
+-- another client's turn (then the PTTL is the turn's); the PTTL bounds how long a waiter
+-- sleeps. With turns on, a client whose caller waits joins KEYS[4] once when it finds the
+-- lock busy, and a first grant takes it out again.
 local fenced = ARGV[6] == '1'
 if ARGV[5] == '1' then
     local granted = redis.call('get', KEYS[3])
@@ -41,7 +48,27 @@ if ARGV[5] == '1' then
         return {1, token, 0}
     end
 end
+local turns = tonumber(ARGV[7] or '0') > 0
+local waits = ARGV[8] == '1'
+local me = string.sub(ARGV[2], 1, 36)
+local function wait_in_line()
+    if not redis.call('lpos', KEYS[4], me) then
+        redis.call('rpush', KEYS[4], me)
+    end
+    redis.call('pexpire', KEYS[4], 2 * tonumber(ARGV[1]))
+end
 local fresh = redis.call('exists', KEYS[1]) == 0
+if fresh and turns then
+    -- A release gave the next turn to the client first in line: the others wait for it
+    -- to take the lock, at most until the turn runs out.
+    local turn = redis.call('get', KEYS[5])
+    if turn and turn ~= me then
+        if waits then
+            wait_in_line()
+        end
+        return {0, redis.call('pttl', KEYS[5])}
+    end
+end
 if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local token = 0
     if fenced then
@@ -59,6 +86,11 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if fresh or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
+    if fresh and turns then
+        -- This client's turn (if it was) is used, and it is no longer in line.
+        redis.call('del', KEYS[5])
+        redis.call('lrem', KEYS[4], 1, me)
+    end
     -- A first grant to a client that held nothing is recognised on retry by its field;
     -- anything else (a re-entry) could not be told from an earlier hold, so it is latched.
     if fresh and ARGV[4] == '1' then
@@ -66,5 +98,8 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     end
     redis.call('set', KEYS[3], token, 'px', ARGV[3])
     return {1, token, 1}
+end
+if turns and waits then
+    wait_in_line()
 end
 return {0, redis.call('pttl', KEYS[1])}

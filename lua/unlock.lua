@@ -4,6 +4,8 @@
 -- KEYS[2]  unlock channel: redisson_lock__channel:{<name>}
 -- KEYS[3]  unlock latch: redisson_unlock_latch:{<name>}:<request id>
 -- KEYS[4]  fencing token counter: redisson_lock_token:{<name>}
+-- KEYS[5]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
+-- KEYS[6]  whose turn it is to take the lock: redisson_lock_turn:{<name>}
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[3]  holder field
@@ -14,6 +16,8 @@
 -- ARGV[8]  holder field of the next holder to hand over to, or '' to publish
 -- ARGV[9]  the next holder's lease, in ms
 -- ARGV[10] '1' for a fenced lock (a hand-over INCRs the token counter), '0' for a plain one
+-- ARGV[11] turn window in ms: a published release gives the first client in KEYS[5] the
+--          turn for this long; '0' leaves KEYS[5] and KEYS[6] alone
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
 -- released and published, {2, token} when it was handed over to ARGV[8] (with a new
 -- fencing token for a fenced lock, 0 for a plain one). A partial release latches '0' and
@@ -77,4 +81,10 @@ if type(sent) == 'table' and sent.err then
     return redis.error_reply('NOPERM publish refused: ' .. sent.err)
 end
 redis.call('del', KEYS[1])
+if tonumber(ARGV[11] or '0') > 0 then
+    local next_client = redis.call('lpop', KEYS[5])
+    if next_client then
+        redis.call('set', KEYS[6], next_client, 'px', ARGV[11])
+    end
+end
 return 1

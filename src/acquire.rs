@@ -15,6 +15,7 @@ use crate::handover::Waiter;
 use crate::identity::OwnerId;
 use crate::pubsub::Subscription;
 use crate::queue::Woke;
+use crate::raw;
 use crate::release::release_detached;
 use crate::services::ClientInner;
 use crate::stats::Event;
@@ -135,6 +136,15 @@ impl Target {
             Wait::No => return Ok(None),
             Wait::Until(d) => d,
         };
+        // The busy reply put this client in the lock's line in Redis (with turns on).
+        let mut line = InLine {
+            target: self,
+            joined: false,
+            granted_by_redis: false,
+        };
+        if behind.is_none() {
+            line.busy();
+        }
         tracing::debug!(?ttl, "lock busy; waiting");
         let sub = self.inner().pubsub.subscribe(&self.channel, &self.name);
         // The unlock may have happened between the first attempt and the subscription;
@@ -165,6 +175,7 @@ impl Target {
             queued,
             failing_since: None,
             adopt: false,
+            line,
         };
         // A waiter that joined the queue without an attempt sleeps first.
         let mut step = match behind {
@@ -234,7 +245,7 @@ impl Target {
             Wait::No => Instant::now().checked_add(self.inner().config.response_timeout),
             Wait::Until(deadline) => deadline,
         };
-        let attempt = self.attempt(owner, field, lease, adopt);
+        let attempt = self.attempt(owner, field, lease, adopt, matches!(wait, Wait::Until(_)));
         match until {
             None => attempt.await.map(Some),
             Some(at) => match tokio::time::timeout_at(at, attempt).await {
@@ -275,6 +286,7 @@ struct Waiting<'a> {
     /// A failed unlock may have handed this task the lock: the next attempt adopts
     /// such a hold instead of taking a second one. Over once an attempt is answered.
     adopt: bool,
+    line: InLine<'a>,
 }
 
 impl Waiting<'_> {
@@ -289,6 +301,7 @@ impl Waiting<'_> {
                 Step::Done(Ok(None))
             }
             Ok(Some(Tried::Held(guard))) => {
+                self.line.granted_by_redis = true;
                 self.sub.wake_used();
                 tracing::debug!(waited = ?self.started.elapsed(), "acquired after waiting");
                 Step::Done(Ok(Some(guard)))
@@ -298,10 +311,13 @@ impl Waiting<'_> {
                 self.adopt = false;
                 self.failing_since = None;
                 match answered {
-                    Tried::Busy(ttl) => Step::Sleep {
-                        ttl,
-                        lease_ends: ttl.map(|t| Instant::now() + t),
-                    },
+                    Tried::Busy(ttl) => {
+                        self.line.busy();
+                        Step::Sleep {
+                            ttl,
+                            lease_ends: ttl.map(|t| Instant::now() + t),
+                        }
+                    }
                     // Given back already; try again as soon as the holder's lease allows.
                     _ => Step::Sleep {
                         ttl: Some(Duration::ZERO),
@@ -416,5 +432,42 @@ impl Drop for Queued {
             tracing::debug!(lock = %self.hold.name, token = g.token, "releasing a hand-over nobody took");
             release_detached(self.inner.clone(), self.hold.clone());
         }
+    }
+}
+
+/// This acquisition's part in its client's place in the lock's line in Redis
+/// (`docs/protocol.md` 2.6): joined at its first busy reply. When the client's last such
+/// acquisition ends without the lock from Redis (out of time, cancelled, or handed the
+/// lock by a task of its own), the client leaves the line, so that no turn is given to
+/// a client with nobody waiting. A grant from Redis took it out already.
+struct InLine<'a> {
+    target: &'a Target,
+    joined: bool,
+    granted_by_redis: bool,
+}
+
+impl InLine<'_> {
+    fn busy(&mut self) {
+        let t = self.target;
+        if !self.joined && t.kind == Kind::Plain && !t.inner().config.turn_window.is_zero() {
+            self.joined = true;
+            t.inner().table.join_line(&t.name);
+        }
+    }
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        let t = self.target;
+        if !self.joined || !t.inner().table.leave_line(&t.name) || self.granted_by_redis {
+            return;
+        }
+        let inner = t.inner().clone();
+        let name = t.name.clone();
+        inner.clone().spawner().errand(async move {
+            if let Err(e) = raw::leave_line(&inner.conn, &name, &inner.id).await {
+                tracing::debug!(lock = %name, error = %e, "could not leave the line; a turn may wait for nobody once");
+            }
+        });
     }
 }

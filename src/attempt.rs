@@ -41,6 +41,7 @@ impl Target {
         field: &Arc<str>,
         lease: Option<Duration>,
         adopt: bool,
+        waits: bool,
     ) -> Result<Tried> {
         let inner = self.inner().clone();
         let hold = self.hold(field);
@@ -88,6 +89,8 @@ impl Target {
                     retry: adopt && fresh,
                     fenced: hold.fenced,
                     kind: hold.kind,
+                    turn_window: inner.config.turn_window,
+                    waits,
                 };
                 let sync_retries = match inner.conn.sync() {
                     ReplicaSync::Wait {

@@ -104,6 +104,25 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a published release keeps the lock for the client whose turn it is.
+    /// Default [`DEFAULT_TURN_WINDOW`](crate::DEFAULT_TURN_WINDOW); `Duration::ZERO`
+    /// turns turns off.
+    ///
+    /// Clients of this crate that find a lock busy line up in Redis, one entry per client
+    /// (`docs/protocol.md` 2.6). A release that is published (not handed to a task of the
+    /// releasing client) gives the turn to the client first in line: for this long, only
+    /// that client's waiter may take the free lock, and the others wait. Without it the
+    /// lock goes to whichever process answers the message first, which is the one that
+    /// was already running (in tests one process of four took 98% of the grants). A
+    /// client whose turn it is but that no longer waits costs the others this window
+    /// once. Redisson clients do not look at turns: they take a free lock as they always
+    /// do. The turn only lasts this long, so a client that wakes slower than that
+    /// (a heavily loaded machine) races as without turns.
+    pub fn turn_window(mut self, window: Duration) -> Self {
+        self.config.turn_window = window;
+        self
+    }
+
     /// Trusts the CA certificates in `pem` (PEM, one or more) for `rediss://`
     /// connections, instead of the system's trust store. Certificates given in several
     /// calls are all trusted. Applies to every connection of the client: commands,

@@ -12,7 +12,7 @@ pub use crate::builder::ClientBuilder;
 use crate::config::{check_duration, Config, TlsSettings};
 pub use crate::config::{
     Deployment, ReplicaSync, ShardedPubSub, SyncFailure, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW, DEFAULT_WATCHDOG_TIMEOUT,
+    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW, DEFAULT_TURN_WINDOW, DEFAULT_WATCHDOG_TIMEOUT,
 };
 use crate::connection::{connect_error, open_client, Conn};
 use crate::error::{Error, Result};
@@ -64,6 +64,7 @@ impl ClientBuilder {
         }
         check_duration("retry window", config.retry_window)?;
         check_duration("hand-over window", config.handover_window)?;
+        check_duration("turn window", config.turn_window)?;
         if let Some(ReplicaSync::Wait { timeout, acks, .. }) = &config.replica_sync {
             if timeout.is_zero() || *acks == 0 {
                 return Err(Error::InvalidConfig(
@@ -266,6 +267,7 @@ impl Client {
                 retry_window: DEFAULT_RETRY_WINDOW,
                 handover_limit: crate::handover::DEFAULT_HANDOVER_LIMIT,
                 handover_window: crate::handover::DEFAULT_HANDOVER_WINDOW,
+                turn_window: crate::config::DEFAULT_TURN_WINDOW,
                 address_map: Vec::new(),
                 tls: TlsSettings::default(),
                 redis_client: None,

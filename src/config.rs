@@ -156,6 +156,9 @@ pub(crate) struct Config {
     pub(crate) retry_window: Duration,
     pub(crate) handover_limit: u32,
     pub(crate) handover_window: Duration,
+    /// How long a published release saves the lock for the client first in line
+    /// (`ZERO`: turns off).
+    pub(crate) turn_window: Duration,
     /// Addresses announced by sentinels, mapped to where this client reaches them.
     pub(crate) address_map: Vec<((String, u16), (String, u16))>,
     pub(crate) tls: TlsSettings,
@@ -192,6 +195,10 @@ impl std::fmt::Debug for TlsSettings {
             .finish()
     }
 }
+
+/// Default for [`ClientBuilder::turn_window`](crate::ClientBuilder::turn_window): how
+/// long a published release keeps the lock for the client whose turn it is.
+pub const DEFAULT_TURN_WINDOW: Duration = Duration::from_millis(10);
 
 /// Default time a waiting task keeps retrying through errors such as a failover.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);

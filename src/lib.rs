@@ -82,7 +82,7 @@ mod watchdog;
 
 pub use client::{
     Client, ClientBuilder, Deployment, ReplicaSync, ShardedPubSub, SyncFailure,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW, DEFAULT_TURN_WINDOW,
     DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use config::{MAX_DURATION, MAX_NAME_LEN};
@@ -102,7 +102,8 @@ pub use stats::Stats;
 /// locks by hand; `docs/protocol.md` ([`docs::protocol`]) specifies them.
 pub mod protocol {
     pub use crate::raw::{
-        channel_name, rw_channel_name, token_key, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+        channel_name, clients_key, rw_channel_name, token_key, turn_key, READ_UNLOCK_MESSAGE,
+        UNLOCK_MESSAGE,
     };
     pub use crate::sync_raw::{
         latch_channel, permit_timeout_key, semaphore_channel, LATCH_NEW_COUNT_MESSAGE,

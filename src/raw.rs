@@ -70,6 +70,29 @@ pub fn token_key(name: &str) -> String {
     prefixed("redisson_lock_token", name)
 }
 
+/// The clients of this crate waiting for the lock `name`, oldest first (one entry per
+/// client id): `redisson_lock_clients:{<name>}`. Ours; Redisson has no such key.
+pub fn clients_key(name: &str) -> String {
+    prefixed("redisson_lock_clients", name)
+}
+
+/// The client whose turn it is to take the lock `name` after a published release:
+/// `redisson_lock_turn:{<name>}`. Ours; Redisson has no such key.
+pub fn turn_key(name: &str) -> String {
+    prefixed("redisson_lock_turn", name)
+}
+
+/// Takes this client (`client_id`) out of the line for the lock `name`: its last waiter
+/// stopped waiting without the lock.
+pub(crate) async fn leave_line(conn: &Conn, name: &str, client_id: &str) -> Result<()> {
+    let mut cmd = redis::cmd("LREM");
+    cmd.arg(clients_key(name)).arg(0).arg(client_id);
+    conn.query(&cmd)
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))
+}
+
 /// The latch that makes one unlock request idempotent:
 /// `redisson_unlock_latch:{<name>}:<request id>` (Redisson's layout).
 pub(crate) fn latch_key(name: &str, request_id: &str) -> String {
@@ -219,6 +242,11 @@ pub(crate) struct AcquireCall<'a> {
     /// A fenced lock: a grant INCRs the token counter.
     pub(crate) fenced: bool,
     pub(crate) kind: Kind,
+    /// How long a published release keeps the lock for the next client in line (`ZERO`:
+    /// turns off; see `lua/acquire.lua`).
+    pub(crate) turn_window: Duration,
+    /// The caller waits if the lock is busy: the client joins the line.
+    pub(crate) waits: bool,
 }
 
 fn flag(b: bool) -> &'static str {
@@ -236,12 +264,16 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
             .key(call.name)
             .key(call.token_key)
             .key(call.latch)
+            .key(clients_key(call.name))
+            .key(turn_key(call.name))
             .arg(ms(call.lease))
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))
             .arg(flag(call.fresh))
             .arg(flag(call.retry))
-            .arg(flag(call.fenced)),
+            .arg(flag(call.fenced))
+            .arg(ms(call.turn_window))
+            .arg(flag(call.waits)),
         Kind::Read | Kind::Write => rw::acquire_call(call),
     };
     let reply = script
@@ -310,6 +342,7 @@ async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         retry: false,
         fenced: call.fenced,
         kind: call.kind,
+        turn_window: Duration::ZERO,
     };
     match release(conn, &undo).await {
         Ok(r) => {
@@ -341,6 +374,8 @@ pub(crate) struct ReleaseCall<'a> {
     /// A fenced lock: a hand-over INCRs the token counter.
     pub(crate) fenced: bool,
     pub(crate) kind: Kind,
+    /// How long a published release keeps the lock for the next client in line.
+    pub(crate) turn_window: Duration,
 }
 
 pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Release> {
@@ -381,6 +416,8 @@ fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .key(call.channel)
         .key(call.latch)
         .key(call.token_key)
+        .key(clients_key(call.name))
+        .key(turn_key(call.name))
         .arg(UNLOCK_MESSAGE)
         .arg(call.keep.map(ms).unwrap_or(0))
         .arg(call.field)
@@ -391,6 +428,7 @@ fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .arg(call.next.map(|n| n.0).unwrap_or(""))
         .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
         .arg(flag(call.fenced))
+        .arg(ms(call.turn_window))
 }
 
 /// Renews a batch of `(name, field)` pairs; `true` where the lease was extended.

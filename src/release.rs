@@ -137,6 +137,7 @@ async fn send_release(
         // A fenced waiter's grant needs a token even if the releasing handle is plain.
         fenced: hold.fenced || offer.as_ref().is_some_and(|o| o.ticket.fenced),
         kind: hold.kind,
+        turn_window: inner.config.turn_window,
     };
     let mut attempt = 0;
     let outcome = loop {

@@ -118,6 +118,15 @@ impl Holder {
 pub(crate) struct Entry {
     holders: HashMap<Arc<str>, Holder>,
     queue: Queue,
+    /// Acquisitions of this client waiting for the name that may stand in its line in
+    /// Redis (`redisson_lock_clients:{<name>}`).
+    in_line: u32,
+}
+
+impl Entry {
+    fn empty(&self, now: Instant, window: Duration) -> bool {
+        self.holders.is_empty() && self.in_line == 0 && self.queue.idle(now, window)
+    }
 }
 
 /// The per-client table of lock names.
@@ -152,7 +161,7 @@ impl Table {
             None => names.entry(name.clone()).or_default(),
         };
         let r = f(entry);
-        if entry.holders.is_empty() && entry.queue.idle(Instant::now(), self.window) {
+        if entry.empty(Instant::now(), self.window) {
             names.remove(name);
         }
         r
@@ -192,6 +201,19 @@ impl Table {
     /// Runs `f` on the queue of `name` if there is an entry.
     pub(crate) fn peek_queue<R>(&self, name: &str, f: impl FnOnce(&Queue) -> R) -> Option<R> {
         self.names.lock().get(name).map(|e| f(&e.queue))
+    }
+
+    /// One more waiting acquisition of `name` that may put this client in line.
+    pub(crate) fn join_line(&self, name: &Arc<str>) {
+        self.with(name, |e| e.in_line += 1);
+    }
+
+    /// One fewer; `true` when it was the last.
+    pub(crate) fn leave_line(&self, name: &Arc<str>) -> bool {
+        self.with(name, |e| {
+            e.in_line = e.in_line.saturating_sub(1);
+            e.in_line == 0
+        })
     }
 
     /// Records a request of `(name, field)` in flight until the guard is dropped.
@@ -347,16 +369,14 @@ impl Table {
             });
         }
         let now = Instant::now();
-        names.retain(|_, e| !(e.holders.is_empty() && e.queue.idle(now, self.window)));
+        names.retain(|_, e| !e.empty(now, self.window));
         held
     }
 
     /// Drops entries nothing is left in (a run of hand-overs that stopped counting, say).
     pub(crate) fn sweep_idle(&self) {
         let now = Instant::now();
-        self.names
-            .lock()
-            .retain(|_, e| !(e.holders.is_empty() && e.queue.idle(now, self.window)));
+        self.names.lock().retain(|_, e| !e.empty(now, self.window));
     }
 
     /// Names with an entry now.

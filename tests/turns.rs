@@ -1,0 +1,178 @@
+//! Turns: clients that wait for a busy lock line up in Redis, and a published release
+//! keeps the lock for the client first in line for the turn window (`docs/protocol.md`
+//! 2.6). Fair shares across clients; a client that stopped waiting leaves the line.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use redis_rlock::Client;
+
+async fn client(s: &RedisServer, window: Duration) -> Client {
+    Client::builder(s.url())
+        .turn_window(window)
+        .build()
+        .await
+        .unwrap()
+}
+
+fn line(s: &RedisServer, name: &str) -> Vec<String> {
+    s.cmd(&[
+        "LRANGE",
+        &redis_rlock::protocol::clients_key(name),
+        "0",
+        "-1",
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_client_in_line_gets_the_turn_and_a_late_try_lock_waits_for_it() {
+    let s = RedisServer::start();
+    let (a, b, c) = (
+        client(&s, Duration::from_millis(300)).await,
+        client(&s, Duration::from_millis(300)).await,
+        client(&s, Duration::from_millis(300)).await,
+    );
+    let held = a.lock("tn:a").lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let l = b.lock("tn:a");
+        async move {
+            let g = l.lock().await.unwrap();
+            let at = Instant::now();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            g.unlock().await.unwrap();
+            at
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(line(&s, "tn:a"), [b.id()], "the waiting client is in line");
+    held.unlock().await.unwrap();
+    // During b's turn the free lock is not c's, even for a try without waiting...
+    let tried = c.lock("tn:a").try_lock().await.unwrap();
+    assert!(tried.is_none(), "c took the lock during b's turn");
+    let got_at = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        line(&s, "tn:a").is_empty(),
+        "b is still in line after its grant"
+    );
+    // ... and once b has had it, it is free for anyone.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(got_at.elapsed() >= Duration::from_millis(50));
+    let g = c
+        .lock("tn:a")
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free again");
+    g.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stopped_waiting_leaves_the_line() {
+    let s = RedisServer::start();
+    let (a, b, c) = (
+        client(&s, Duration::from_secs(2)).await,
+        client(&s, Duration::from_secs(2)).await,
+        client(&s, Duration::from_secs(2)).await,
+    );
+    let held = a.lock("tn:b").lock().await.unwrap();
+    let gave_up = b
+        .lock("tn:b")
+        .try_lock_for(Duration::from_millis(200), None)
+        .await
+        .unwrap();
+    assert!(gave_up.is_none());
+    assert!(
+        common::eventually(Duration::from_secs(2), || line(&s, "tn:b").is_empty()).await,
+        "b left its place in line behind: {:?}",
+        line(&s, "tn:b")
+    );
+    held.unlock().await.unwrap();
+    // Nobody waits, so no turn holds the lock back (the window is 2 s).
+    let g = c.lock("tn:b").try_lock().await.unwrap();
+    assert!(g.is_some(), "a turn kept the lock for a client that left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_nobody_takes_ends_with_its_window() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(300);
+    let (a, c) = (client(&s, window).await, client(&s, window).await);
+    let held = a.lock("tn:c").lock().await.unwrap();
+    // A client in line that died before its turn came (written as a waiter would).
+    let key = redis_rlock::protocol::clients_key("tn:c");
+    let _: () = s.cmd(&["RPUSH", &key, "00000000-0000-4000-8000-000000000000"]);
+    held.unlock().await.unwrap();
+    let started = Instant::now();
+    let g = c
+        .lock("tn:c")
+        .try_lock_for(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("taken after the dead client's turn");
+    let waited = started.elapsed();
+    assert!(
+        waited >= window / 2 && waited < window * 4,
+        "waited {waited:?} for a {window:?} turn"
+    );
+    g.unlock().await.unwrap();
+}
+
+/// Four clients (as four service instances) of four tasks each on one lock held 1 ms.
+async fn shares(s: &RedisServer, window: Duration) -> (Vec<u64>, Duration) {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(s, window).await);
+    }
+    let until = Instant::now() + Duration::from_secs(3);
+    let longest = Arc::new(AtomicU64::new(0));
+    let counts: Vec<Arc<AtomicU64>> = (0..4).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        for _ in 0..4 {
+            let (lock, n, longest) = (c.lock("tn:share"), counts[i].clone(), longest.clone());
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < until {
+                    let asked = Instant::now();
+                    let left = until.saturating_duration_since(asked);
+                    let Ok(Some(g)) = lock.try_lock_for(left, None).await else {
+                        break;
+                    };
+                    longest.fetch_max(asked.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    n.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    g.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    (
+        counts.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
+        Duration::from_micros(longest.load(Ordering::Relaxed)),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_share_a_contended_lock_fairly() {
+    let s = RedisServer::start();
+    let (with, longest) = shares(&s, redis_rlock::DEFAULT_TURN_WINDOW).await;
+    println!("FIGURE shares_with_turns {with:?} longest wait {longest:?}");
+    let (without, longest_without) = shares(&s, Duration::ZERO).await;
+    println!("FIGURE shares_without_turns {without:?} longest wait {longest_without:?}");
+    let max = *with.iter().max().unwrap() as f64;
+    let min = *with.iter().min().unwrap() as f64;
+    assert!(min > 0.0 && max / min <= 1.5, "unfair shares {with:?}");
+    assert!(longest < Duration::from_secs(1), "a wait of {longest:?}");
+}
