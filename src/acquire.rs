@@ -13,9 +13,9 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handover::Waiter;
 use crate::identity::OwnerId;
+use crate::line::InLine;
 use crate::pubsub::Subscription;
 use crate::queue::Woke;
-use crate::raw;
 use crate::release::release_detached;
 use crate::services::ClientInner;
 use crate::stats::Event;
@@ -137,11 +137,7 @@ impl Target {
             Wait::Until(d) => d,
         };
         // The busy reply put this client in the lock's line in Redis (with turns on).
-        let mut line = InLine {
-            target: self,
-            joined: false,
-            granted_by_redis: false,
-        };
+        let mut line = InLine::new(self);
         if behind.is_none() {
             line.busy();
         }
@@ -432,42 +428,5 @@ impl Drop for Queued {
             tracing::debug!(lock = %self.hold.name, token = g.token, "releasing a hand-over nobody took");
             release_detached(self.inner.clone(), self.hold.clone());
         }
-    }
-}
-
-/// This acquisition's part in its client's place in the lock's line in Redis
-/// (`docs/protocol.md` 2.6): joined at its first busy reply. When the client's last such
-/// acquisition ends without the lock from Redis (out of time, cancelled, or handed the
-/// lock by a task of its own), the client leaves the line, so that no turn is given to
-/// a client with nobody waiting. A grant from Redis took it out already.
-struct InLine<'a> {
-    target: &'a Target,
-    joined: bool,
-    granted_by_redis: bool,
-}
-
-impl InLine<'_> {
-    fn busy(&mut self) {
-        let t = self.target;
-        if !self.joined && t.kind == Kind::Plain && !t.inner().config.turn_window.is_zero() {
-            self.joined = true;
-            t.inner().table.join_line(&t.name);
-        }
-    }
-}
-
-impl Drop for InLine<'_> {
-    fn drop(&mut self) {
-        let t = self.target;
-        if !self.joined || !t.inner().table.leave_line(&t.name) || self.granted_by_redis {
-            return;
-        }
-        let inner = t.inner().clone();
-        let name = t.name.clone();
-        inner.clone().spawner().errand(async move {
-            if let Err(e) = raw::leave_line(&inner.conn, &name, &inner.id).await {
-                tracing::debug!(lock = %name, error = %e, "could not leave the line; a turn may wait for nobody once");
-            }
-        });
     }
 }

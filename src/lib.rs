@@ -60,6 +60,7 @@ mod identity;
 mod inflight;
 mod janitor;
 mod latch;
+mod line;
 mod lock;
 mod multi;
 mod permits;

@@ -37,9 +37,12 @@ impl Kind {
 }
 
 mod rw;
+mod turns;
 
 pub(crate) use rw::{force_release_rw, renew_read, RW_CHANNEL_PREFIX};
 pub use rw::{rw_channel_name, READ_UNLOCK_MESSAGE};
+pub(crate) use turns::leave_line;
+pub use turns::{clients_key, turn_key};
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
 /// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster
@@ -68,29 +71,6 @@ pub fn channel_name(name: &str) -> String {
 /// Redisson's fenced lock uses.
 pub fn token_key(name: &str) -> String {
     prefixed("redisson_lock_token", name)
-}
-
-/// The clients of this crate waiting for the lock `name`, oldest first (one entry per
-/// client id): `redisson_lock_clients:{<name>}`. Ours; Redisson has no such key.
-pub fn clients_key(name: &str) -> String {
-    prefixed("redisson_lock_clients", name)
-}
-
-/// The client whose turn it is to take the lock `name` after a published release:
-/// `redisson_lock_turn:{<name>}`. Ours; Redisson has no such key.
-pub fn turn_key(name: &str) -> String {
-    prefixed("redisson_lock_turn", name)
-}
-
-/// Takes this client (`client_id`) out of the line for the lock `name`: its last waiter
-/// stopped waiting without the lock.
-pub(crate) async fn leave_line(conn: &Conn, name: &str, client_id: &str) -> Result<()> {
-    let mut cmd = redis::cmd("LREM");
-    cmd.arg(clients_key(name)).arg(0).arg(client_id);
-    conn.query(&cmd)
-        .await
-        .map(|_| ())
-        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))
 }
 
 /// The latch that makes one unlock request idempotent:

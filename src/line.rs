@@ -1,0 +1,53 @@
+//! An acquisition's part in its client's place in a lock's line in Redis (turns,
+//! `docs/protocol.md` 2.6).
+
+use crate::raw::{self, Kind};
+use crate::target::Target;
+
+/// This acquisition's part in its client's place in the lock's line in Redis
+/// (`docs/protocol.md` 2.6): joined at its first busy reply. When the client's last such
+/// acquisition ends without the lock from Redis (out of time, cancelled, or handed the
+/// lock by a task of its own), the client leaves the line, so that no turn is given to
+/// a client with nobody waiting. A grant from Redis took it out already.
+pub(crate) struct InLine<'a> {
+    target: &'a Target,
+    joined: bool,
+    /// The acquisition ended with a grant from Redis, which took the client out of the
+    /// line already.
+    pub(crate) granted_by_redis: bool,
+}
+
+impl<'a> InLine<'a> {
+    pub(crate) fn new(target: &'a Target) -> InLine<'a> {
+        InLine {
+            target,
+            joined: false,
+            granted_by_redis: false,
+        }
+    }
+
+    /// The acquisition was answered busy: the client is in line from now on.
+    pub(crate) fn busy(&mut self) {
+        let t = self.target;
+        if !self.joined && t.kind == Kind::Plain && !t.inner().config.turn_window.is_zero() {
+            self.joined = true;
+            t.inner().table.join_line(&t.name);
+        }
+    }
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        let t = self.target;
+        if !self.joined || !t.inner().table.leave_line(&t.name) || self.granted_by_redis {
+            return;
+        }
+        let inner = t.inner().clone();
+        let name = t.name.clone();
+        inner.clone().spawner().errand(async move {
+            if let Err(e) = raw::leave_line(&inner.conn, &name, &inner.id).await {
+                tracing::debug!(lock = %name, error = %e, "could not leave the line; a turn may wait for nobody once");
+            }
+        });
+    }
+}

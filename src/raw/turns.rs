@@ -1,0 +1,30 @@
+//! The keys of the line in which clients of this crate wait for a plain lock, and of the
+//! turn a published release gives the first of them (`docs/protocol.md` 2.6). The
+//! acquire and unlock scripts use them; leaving the line is a plain command.
+
+use super::prefixed;
+use crate::connection::Conn;
+use crate::error::{Error, Result};
+
+/// The clients of this crate waiting for the lock `name`, oldest first (one entry per
+/// client id): `redisson_lock_clients:{<name>}`. Ours; Redisson has no such key.
+pub fn clients_key(name: &str) -> String {
+    prefixed("redisson_lock_clients", name)
+}
+
+/// The client whose turn it is to take the lock `name` after a published release:
+/// `redisson_lock_turn:{<name>}`. Ours; Redisson has no such key.
+pub fn turn_key(name: &str) -> String {
+    prefixed("redisson_lock_turn", name)
+}
+
+/// Takes this client (`client_id`) out of the line for the lock `name`: its last waiter
+/// stopped waiting without the lock.
+pub(crate) async fn leave_line(conn: &Conn, name: &str, client_id: &str) -> Result<()> {
+    let mut cmd = redis::cmd("LREM");
+    cmd.arg(clients_key(name)).arg(0).arg(client_id);
+    conn.query(&cmd)
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))
+}
