@@ -16,6 +16,7 @@ use crate::identity::OwnerId;
 use crate::line::InLine;
 use crate::pubsub::Subscription;
 use crate::queue::Woke;
+use crate::raw;
 use crate::release::release_detached;
 use crate::services::ClientInner;
 use crate::stats::Event;
@@ -77,8 +78,8 @@ impl Target {
         // Where this client's own waiters already queue for the name, a new waiter
         // defers to them; a holder never does (its re-entry must go through).
         let mut behind = None;
-        // A read-write lock never hands over, so its waiters always ask Redis.
-        if let (Wait::Until(deadline), false) = (wait, self.kind.is_rw()) {
+        // Only a plain lock hands over, so the waiters of other kinds always ask Redis.
+        if let (Wait::Until(deadline), Kind::Plain) = (wait, self.kind) {
             let inner = self.inner();
             let handover = &inner.handover;
             let holder = || inner.table.holds(&self.name, &field);
@@ -137,12 +138,19 @@ impl Target {
             Wait::Until(d) => d,
         };
         // The busy reply put this client in the lock's line in Redis (with turns on).
-        let mut line = InLine::new(self);
+        let mut line = InLine::new(self, field.clone());
         if behind.is_none() {
             line.busy();
         }
         tracing::debug!(?ttl, "lock busy; waiting");
-        let sub = self.inner().pubsub.subscribe(&self.channel, &self.name);
+        // A fair lock's waiter hears on a channel of its own that it is first in line.
+        let sub = match self.kind {
+            Kind::Fair => {
+                let channel = raw::waiter_channel(&self.name, &field).into();
+                self.inner().pubsub.subscribe(&channel, &self.name)
+            }
+            _ => self.inner().pubsub.subscribe(&self.channel, &self.name),
+        };
         // The unlock may have happened between the first attempt and the subscription;
         // the attempt right after the SUBSCRIBE is confirmed covers that window.
         let Some(bound) = self.bound(ttl, deadline) else {
@@ -209,9 +217,14 @@ impl Target {
     /// the deadline comes, whichever is first. `None` when the deadline has passed.
     fn bound(&self, ttl: Option<Duration>, deadline: Option<Instant>) -> Option<Duration> {
         // A key without expiry was not written by a lease lock; check back now and then.
-        let ttl = ttl
+        let mut ttl = ttl
             .unwrap_or(self.inner().config.watchdog_timeout)
             .max(Duration::from_millis(1));
+        if self.kind == Kind::Fair {
+            // Each attempt moves this waiter's deadline in the queue: a live waiter is
+            // never taken as gone (Redisson #3004).
+            ttl = ttl.min(raw::FAIR_QUEUE_TIMEOUT / 3);
+        }
         match deadline {
             None => Some(ttl),
             Some(d) => {

@@ -297,6 +297,22 @@ impl Client {
         Lock::new(self.inner.clone(), name.into(), true, Kind::Plain)
     }
 
+    /// A handle to the fair lock named `name`, in Redisson's `RFairLock` layout: the
+    /// lock hash `<name>` (so it excludes [`lock`](Self::lock) on the same name), a queue
+    /// `redisson_lock_queue:{<name>}` and waiter deadlines `redisson_lock_timeout:{<name>}`.
+    /// Waiters take it in the order they first waited, across clients, processes and
+    /// Redisson; each hears on a channel of its own when it is first in line. The same
+    /// methods as any [`Lock`]: re-entry, the watchdog, leases, `try_lock_for`.
+    ///
+    /// A waiter that gives up (out of time, or its future dropped) leaves the queue at
+    /// once. A waiting task asks Redis again at least every 5/3 s, which keeps its place:
+    /// a live waiter is never purged as dead however long it waits; one that stops
+    /// asking (crashed, or paused past 5 s) is dropped from the head of the queue and,
+    /// if it comes back, joins at the end. `try_lock` (no wait) never joins the queue.
+    pub fn fair_lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.inner.clone(), name.into(), false, Kind::Fair)
+    }
+
     /// A handle to the semaphore named `name`, in Redisson's `RSemaphore` layout (the
     /// key `<name>` holds the available permits; channel `redisson_sc:{<name>}`). Nothing
     /// is sent until it is used; the name is checked then.

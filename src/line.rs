@@ -1,5 +1,7 @@
 //! An acquisition's part in its client's place in a lock's line in Redis (turns,
-//! `docs/protocol.md` 2.6).
+//! `docs/protocol.md` 2.6), or, for a fair lock, its own place in the lock's queue.
+
+use std::sync::Arc;
 
 use crate::raw::{self, Kind};
 use crate::target::Target;
@@ -11,6 +13,7 @@ use crate::target::Target;
 /// a client with nobody waiting. A grant from Redis took it out already.
 pub(crate) struct InLine<'a> {
     target: &'a Target,
+    field: Arc<str>,
     joined: bool,
     /// The acquisition ended with a grant from Redis, which took the client out of the
     /// line already.
@@ -18,9 +21,10 @@ pub(crate) struct InLine<'a> {
 }
 
 impl<'a> InLine<'a> {
-    pub(crate) fn new(target: &'a Target) -> InLine<'a> {
+    pub(crate) fn new(target: &'a Target, field: Arc<str>) -> InLine<'a> {
         InLine {
             target,
+            field,
             joined: false,
             granted_by_redis: false,
         }
@@ -29,9 +33,17 @@ impl<'a> InLine<'a> {
     /// The acquisition was answered busy: the client is in line from now on.
     pub(crate) fn busy(&mut self) {
         let t = self.target;
-        if !self.joined && t.kind == Kind::Plain && !t.inner().config.turn_window.is_zero() {
-            self.joined = true;
-            t.inner().table.join_line(&t.name);
+        if self.joined {
+            return;
+        }
+        match t.kind {
+            Kind::Plain if !t.inner().config.turn_window.is_zero() => {
+                self.joined = true;
+                t.inner().table.join_line(&t.name);
+            }
+            // Each waiter of a fair lock has its own place in the lock's queue.
+            Kind::Fair => self.joined = true,
+            _ => {}
         }
     }
 }
@@ -39,11 +51,25 @@ impl<'a> InLine<'a> {
 impl Drop for InLine<'_> {
     fn drop(&mut self) {
         let t = self.target;
-        if !self.joined || !t.inner().table.leave_line(&t.name) || self.granted_by_redis {
+        if !self.joined || self.granted_by_redis {
             return;
         }
         let inner = t.inner().clone();
         let name = t.name.clone();
+        if t.kind == Kind::Fair {
+            // A waiter that gives up leaves the queue at once: the waiters behind it do
+            // not wait for its deadline (Redisson #1104, #2960, #3730, #6150).
+            let field = self.field.clone();
+            inner.clone().spawner().errand(async move {
+                if let Err(e) = raw::fair_leave(&inner.conn, &name, Some(&field), false).await {
+                    tracing::debug!(lock = %name, error = %e, "could not leave the fair lock's queue; the place ends with its deadline");
+                }
+            });
+            return;
+        }
+        if !inner.table.leave_line(&name) {
+            return;
+        }
         inner.clone().spawner().errand(async move {
             if let Err(e) = raw::leave_line(&inner.conn, &name, &inner.id).await {
                 tracing::debug!(lock = %name, error = %e, "could not leave the line; a turn may wait for nobody once");

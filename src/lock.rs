@@ -400,6 +400,9 @@ impl Lock {
                 inner.table.forget_name(name);
             }
             deleted
+        } else if self.target.kind == Kind::Fair {
+            inner.table.forget_name(name);
+            raw::fair_leave(&inner.conn, name, None, true).await?
         } else {
             inner.table.forget_name(name);
             raw::force_release(&inner.conn, name, channel).await?

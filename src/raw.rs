@@ -27,18 +27,31 @@ pub(crate) enum Kind {
     Read,
     /// The write half of `RReadWriteLock`: field `<uuid>:<owner>:write`.
     Write,
+    /// `RFairLock`: the plain lock's hash and field, taken in the order of a queue.
+    Fair,
 }
 
 impl Kind {
     /// A half of a read-write lock (`mode` field, `redisson_rwlock` channel).
     pub(crate) fn is_rw(self) -> bool {
-        self != Kind::Plain
+        matches!(self, Kind::Read | Kind::Write)
+    }
+
+    /// The lock's channel (a fair lock's waiters each listen on `<channel>:<field>`).
+    pub(crate) fn channel(self, name: &str) -> String {
+        match self {
+            Kind::Plain | Kind::Fair => channel_name(name),
+            Kind::Read | Kind::Write => rw_channel_name(name),
+        }
     }
 }
 
+mod fair;
 mod rw;
 mod turns;
 
+pub(crate) use fair::{fair_leave, waiter_channel, QUEUE_TIMEOUT as FAIR_QUEUE_TIMEOUT};
+pub use fair::{queue_key, timeout_key};
 pub(crate) use rw::{force_release_rw, renew_read, RW_CHANNEL_PREFIX};
 pub use rw::{rw_channel_name, READ_UNLOCK_MESSAGE};
 pub(crate) use turns::leave_line;
@@ -255,6 +268,7 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
             .arg(ms(call.turn_window))
             .arg(flag(call.waits)),
         Kind::Read | Kind::Write => rw::acquire_call(call),
+        Kind::Fair => fair::acquire_call(call),
     };
     let reply = script
         .run(conn)
@@ -305,10 +319,7 @@ fn token_ok(fenced: bool, token: i64) -> bool {
 /// with its lease.
 async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
     let latch = latch_key(call.name, &request_id());
-    let channel = match call.kind {
-        Kind::Plain => channel_name(call.name),
-        Kind::Read | Kind::Write => rw_channel_name(call.name),
-    };
+    let channel = call.kind.channel(call.name);
     let undo = ReleaseCall {
         name: call.name,
         channel: &channel,
@@ -362,6 +373,7 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
     let script = match call.kind {
         Kind::Plain => plain_release_call(conn, call),
         Kind::Read | Kind::Write => rw::release_call(conn, call),
+        Kind::Fair => fair::release_call(conn, call),
     };
     let reply = script
         .run(conn)

@@ -62,10 +62,7 @@ pub(crate) async fn release_field(
     field: &Arc<str>,
     kind: Kind,
 ) -> Result<()> {
-    let channel = match kind {
-        Kind::Plain => raw::channel_name(name),
-        Kind::Read | Kind::Write => raw::rw_channel_name(name),
-    };
+    let channel = kind.channel(name);
     let hold = Hold {
         name: name.clone(),
         channel: channel.into(),
@@ -87,9 +84,10 @@ pub(crate) async fn release_hold(
     holds: u32,
 ) -> Result<Release> {
     // A client shutting down hands nothing to its waiters: they are leaving. A
-    // read-write lock never hands over (its release may free it for many readers).
+    // read-write lock never hands over (its release may free it for many readers), nor
+    // does a fair lock (its queue in Redis decides who is next).
     let may_offer =
-        keep.is_none() && inner.hands_over() && !inner.closed.is_set() && !hold.kind.is_rw();
+        keep.is_none() && inner.hands_over() && !inner.closed.is_set() && hold.kind == Kind::Plain;
     let (_in_flight, plan) = inner
         .table
         .begin_release(&hold.name, &hold.field, may_offer, |q| {

@@ -59,6 +59,19 @@ pub(crate) static FORCE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
         *v == Value::Int(1)
     })
 });
+/// The fair lock's acquire (`lua/fair_acquire.lua`).
+pub(crate) static FAIR_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(
+        include_str!("../lua/fair_acquire.lua"),
+        |v| matches!(v, Value::Array(a) if !a.is_empty()),
+    )
+});
+/// The fair lock's unlock (`lua/fair_unlock.lua`).
+pub(crate) static FAIR_UNLOCK: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/fair_unlock.lua"), |v| *v != Value::Nil));
+/// A fair lock's waiter leaving its queue, or a force unlock (`lua/fair_leave.lua`).
+pub(crate) static FAIR_LEAVE: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(include_str!("../lua/fair_leave.lua"), |_| true));
 
 /// Takes semaphore permits (`lua/semaphore_acquire.lua`).
 pub(crate) static SEMAPHORE_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
@@ -219,6 +232,9 @@ mod tests {
             &*WRITE_UNLOCK,
             &*READ_RENEW,
             &*RW_FORCE_UNLOCK,
+            &*FAIR_ACQUIRE,
+            &*FAIR_UNLOCK,
+            &*FAIR_LEAVE,
         ] {
             assert_eq!(s.sha.len(), 40);
             assert!(s.sha.chars().all(|c| c.is_ascii_hexdigit()));

@@ -24,10 +24,7 @@ pub(crate) struct Target {
 
 impl Target {
     pub(crate) fn new(inner: Arc<ClientInner>, name: String, fenced: bool, kind: Kind) -> Target {
-        let channel = match kind {
-            Kind::Plain => raw::channel_name(&name),
-            Kind::Read | Kind::Write => raw::rw_channel_name(&name),
-        };
+        let channel = kind.channel(&name);
         let token_key = raw::token_key(&name).into();
         Target {
             inner,
@@ -78,7 +75,7 @@ impl Target {
         let field = holder_field(&self.inner().id, owner);
         match self.kind {
             Kind::Write => format!("{field}:write").into(),
-            Kind::Plain | Kind::Read => field.into(),
+            Kind::Plain | Kind::Read | Kind::Fair => field.into(),
         }
     }
 

@@ -1,0 +1,108 @@
+//! The fair lock's calls (Redisson's `RFairLock` layout): its queue keys, each waiter's
+//! channel, and the scripts that differ from a plain lock's (`docs/protocol.md` 8).
+
+use std::time::Duration;
+
+use redis::FromRedisValue;
+
+use super::{flag, ms, prefixed, unexpected, AcquireCall, ReleaseCall, UNLOCK_MESSAGE};
+use crate::connection::Conn;
+use crate::error::{Error, Result};
+use crate::scripts::{ScriptCall, FAIR_ACQUIRE, FAIR_LEAVE, FAIR_UNLOCK};
+
+/// How long a waiter of this crate's fair lock may go without asking again before the
+/// others take it as gone. It asks at least three times within it.
+pub(crate) const QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The fair lock's queue of waiting holder fields: `redisson_lock_queue:{<name>}`.
+pub fn queue_key(name: &str) -> String {
+    prefixed("redisson_lock_queue", name)
+}
+
+/// Each waiter's deadline: `redisson_lock_timeout:{<name>}`.
+pub fn timeout_key(name: &str) -> String {
+    prefixed("redisson_lock_timeout", name)
+}
+
+/// The channel on which the waiter `field` of the fair lock `name` hears that it is first
+/// in line and the lock is free: `redisson_lock__channel:{<name>}:<field>`.
+pub(crate) fn waiter_channel(name: &str, field: &str) -> String {
+    format!("{}:{field}", super::channel_name(name))
+}
+
+pub(super) fn acquire_call(call: &AcquireCall<'_>) -> ScriptCall {
+    FAIR_ACQUIRE
+        .call()
+        .key(call.name)
+        .key(queue_key(call.name))
+        .key(timeout_key(call.name))
+        .key(call.latch)
+        .arg(ms(call.lease))
+        .arg(call.field)
+        .arg(ms(QUEUE_TIMEOUT))
+        .arg(ms(call.latch_ttl).max(1))
+        .arg(flag(call.fresh))
+        .arg(flag(call.retry))
+        .arg(flag(call.waits))
+}
+
+/// A fair lock never hands over: `call.next` is not sent.
+pub(super) fn release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
+    FAIR_UNLOCK
+        .call()
+        .key(call.name)
+        .key(queue_key(call.name))
+        .key(timeout_key(call.name))
+        .key(call.latch)
+        .arg(UNLOCK_MESSAGE)
+        .arg(call.keep.map(ms).unwrap_or(0))
+        .arg(call.field)
+        .arg(ms(call.latch_ttl).max(1))
+        .arg(conn.publish_command())
+        .arg(call.holds)
+        .arg(flag(call.retry))
+        .arg(call.channel)
+}
+
+/// Takes `field` (if any) out of the queue of the fair lock `name`, deletes the lock if
+/// `delete` (a force unlock), and tells the waiter then first in line if the lock is
+/// free. Returns whether a lock was deleted.
+pub(crate) async fn fair_leave(
+    conn: &Conn,
+    name: &str,
+    field: Option<&str>,
+    delete: bool,
+) -> Result<bool> {
+    let (reply, _) = FAIR_LEAVE
+        .call()
+        .key(name)
+        .key(queue_key(name))
+        .key(timeout_key(name))
+        .arg(field.unwrap_or(""))
+        .arg(flag(delete))
+        .arg(UNLOCK_MESSAGE)
+        .arg(conn.publish_command())
+        .arg(super::channel_name(name))
+        .run(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
+    match i64::from_redis_value(reply.clone()) {
+        Ok(n) => Ok(n == 1),
+        Err(_) => Err(unexpected("fair leave", &reply)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_redisson_layout() {
+        assert_eq!(queue_key("job:1"), "redisson_lock_queue:{job:1}");
+        assert_eq!(timeout_key("job:1"), "redisson_lock_timeout:{job:1}");
+        assert_eq!(
+            waiter_channel("job:1", "u:7"),
+            "redisson_lock__channel:{job:1}:u:7"
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! The fair lock (Redisson's `RFairLock` layout) on a real server: first come, first
+//! served across clients; a waiter that gives up leaves the queue; a live waiter is never
+//! purged however long it waits; a crashed one is; a Redisson peer (its scripts typed in
+//! by hand) and this crate queue behind and wake each other.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use parking_lot::Mutex;
+use redis_rlock::protocol::{queue_key, timeout_key};
+use redis_rlock::Client;
+
+fn queue(s: &RedisServer, name: &str) -> Vec<String> {
+    s.cmd(&["LRANGE", &queue_key(name), "0", "-1"])
+}
+
+fn deadlines(s: &RedisServer, name: &str) -> i64 {
+    s.cmd(&["ZCARD", &timeout_key(name)])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_several_clients_get_the_lock_in_the_order_they_came() {
+    let s = RedisServer::start();
+    let holder = Client::connect(s.url()).await.unwrap();
+    let g = holder.fair_lock("fl:order").lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let c = Client::connect(s.url()).await.unwrap();
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = c.fair_lock("fl:order").lock().await.unwrap();
+            order.lock().push(i);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            g.unlock().await.unwrap();
+        }));
+        // Each in the queue before the next comes.
+        let s = &s;
+        assert!(
+            common::eventually(Duration::from_secs(5), || queue(s, "fl:order").len()
+                == i + 1)
+            .await
+        );
+    }
+    g.unlock().await.unwrap();
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .expect("a waiter was never served")
+            .unwrap();
+    }
+    assert_eq!(*order.lock(), [0, 1, 2, 3, 4]);
+    assert!(queue(&s, "fl:order").is_empty());
+    assert_eq!(deadlines(&s, "fl:order"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_or_is_dropped_leaves_the_queue_at_once() {
+    let s = RedisServer::start();
+    let holder = Client::connect(s.url()).await.unwrap();
+    let c = Client::connect(s.url()).await.unwrap();
+    let g = holder.fair_lock("fl:leave").lock().await.unwrap();
+    // A single try never joins.
+    assert!(c.fair_lock("fl:leave").try_lock().await.unwrap().is_none());
+    assert!(queue(&s, "fl:leave").is_empty());
+    // Out of time.
+    let got = c
+        .fair_lock("fl:leave")
+        .try_lock_for(Duration::from_millis(200), None)
+        .await
+        .unwrap();
+    assert!(got.is_none());
+    assert!(
+        common::eventually(Duration::from_secs(2), || queue(&s, "fl:leave").is_empty()).await,
+        "a waiter out of time kept its place: {:?}",
+        queue(&s, "fl:leave")
+    );
+    // Dropped.
+    let lock = c.fair_lock("fl:leave");
+    let _ = tokio::time::timeout(Duration::from_millis(200), lock.lock()).await;
+    assert!(
+        common::eventually(Duration::from_secs(2), || queue(&s, "fl:leave").is_empty()
+            && deadlines(&s, "fl:leave") == 0)
+        .await,
+        "a dropped waiter kept its place"
+    );
+    // So the next waiter is served as soon as the lock is released.
+    let next = tokio::spawn({
+        let l = c.fair_lock("fl:leave");
+        async move { l.lock().await.unwrap().unlock().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    g.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), next)
+        .await
+        .expect("the next waiter waited for a place nobody held")
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_waiter_outlasting_the_queue_timeout_keeps_its_place() {
+    let s = RedisServer::start();
+    let holder = Client::connect(s.url()).await.unwrap();
+    let first = Client::connect(s.url()).await.unwrap();
+    let second = Client::connect(s.url()).await.unwrap();
+    let g = holder.fair_lock("fl:live").lock().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let spawn = |c: Client, who: &'static str| {
+        let order = order.clone();
+        tokio::spawn(async move {
+            let g = c.fair_lock("fl:live").lock().await.unwrap();
+            order.lock().push(who);
+            g.unlock().await.unwrap();
+        })
+    };
+    let a = spawn(first, "first");
+    assert!(common::eventually(Duration::from_secs(5), || queue(&s, "fl:live").len() == 1).await);
+    let b = spawn(second, "second");
+    assert!(common::eventually(Duration::from_secs(5), || queue(&s, "fl:live").len() == 2).await);
+    // Longer than the 5 s queue timeout: Redisson would purge the first as dead (#3004).
+    tokio::time::sleep(Duration::from_millis(6500)).await;
+    assert_eq!(queue(&s, "fl:live").len(), 2, "a live waiter was purged");
+    g.unlock().await.unwrap();
+    for w in [a, b] {
+        tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock(), ["first", "second"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_waiter_at_the_head_is_passed_over_after_its_deadline() {
+    let s = RedisServer::start();
+    let c = Client::connect(s.url()).await.unwrap();
+    let g = c.fair_lock("fl:crash").lock().await.unwrap();
+    // A waiter that died in line, 400 ms before its deadline.
+    let ghost = "00000000-0000-4000-8000-000000000000:9";
+    let now_ms: i64 = {
+        let t: Vec<String> = s.cmd(&["TIME"]);
+        t[0].parse::<i64>().unwrap() * 1000 + t[1].parse::<i64>().unwrap() / 1000
+    };
+    let _: () = s.cmd(&["RPUSH", &queue_key("fl:crash"), ghost]);
+    let _: () = s.cmd(&[
+        "ZADD",
+        &timeout_key("fl:crash"),
+        &(now_ms + 400).to_string(),
+        ghost,
+    ]);
+    let other = Client::connect(s.url()).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = other.fair_lock("fl:crash").lock().await.unwrap();
+        g.unlock().await.unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    g.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the live waiter stayed behind a dead one")
+        .unwrap();
+    assert!(queue(&s, "fl:crash").is_empty());
+}
+
+/// Redisson's fair acquire and unlock, typed in from the facts (`RedissonFairLock`): the
+/// client's clock in ARGV, the head notified on `<channel>:<field>`.
+const PEER_ACQUIRE: &str = r#"
+local now = tonumber(ARGV[4])
+while true do
+  local head = redis.call('lindex', KEYS[2], 0)
+  if head == false then break end
+  local t = tonumber(redis.call('zscore', KEYS[3], head))
+  if t > now then break end
+  redis.call('zrem', KEYS[3], head); redis.call('lpop', KEYS[2])
+end
+if redis.call('exists', KEYS[1]) == 0 and
+   (redis.call('exists', KEYS[2]) == 0 or redis.call('lindex', KEYS[2], 0) == ARGV[2]) then
+  redis.call('lpop', KEYS[2]); redis.call('zrem', KEYS[3], ARGV[2])
+  local rest = redis.call('zrange', KEYS[3], 0, -1)
+  for i = 1, #rest do redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), rest[i]) end
+  redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+local t = redis.call('zscore', KEYS[3], ARGV[2])
+if t ~= false then return math.max(0, redis.call('pttl', KEYS[1])) end
+local last = redis.call('lindex', KEYS[2], -1)
+local base
+if last ~= false and last ~= ARGV[2] then
+  base = tonumber(redis.call('zscore', KEYS[3], last)) - now
+else
+  base = redis.call('pttl', KEYS[1])
+end
+local deadline = base + tonumber(ARGV[3]) + now
+if redis.call('zadd', KEYS[3], deadline, ARGV[2]) == 1 then redis.call('rpush', KEYS[2], ARGV[2]) end
+return base
+"#;
+
+const PEER_UNLOCK: &str = r#"
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end
+local n = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+if n > 0 then return 0 end
+redis.call('del', KEYS[1])
+local head = redis.call('lindex', KEYS[2], 0)
+if head then redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1]) end
+return 1
+"#;
+
+fn peer_acquire(s: &RedisServer, name: &str, field: &str) -> Option<i64> {
+    let mut conn = s.conn();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    redis::Script::new(PEER_ACQUIRE)
+        .key(name)
+        .key(queue_key(name))
+        .key(timeout_key(name))
+        .arg(30_000)
+        .arg(field)
+        .arg(300_000)
+        .arg(now)
+        .invoke(&mut conn)
+        .unwrap()
+}
+
+fn peer_unlock(s: &RedisServer, name: &str, field: &str) -> Option<i64> {
+    let mut conn = s.conn();
+    redis::Script::new(PEER_UNLOCK)
+        .key(name)
+        .key(queue_key(name))
+        .key(timeout_key(name))
+        .key(redis_rlock::protocol::channel_name(name))
+        .arg("0")
+        .arg(field)
+        .invoke(&mut conn)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_peer_and_this_crate_queue_behind_and_wake_each_other() {
+    let s = RedisServer::start();
+    let c = Client::connect(s.url()).await.unwrap();
+    let peer = "11111111-2222-4333-8444-555555555555:1";
+    // The peer holds; our waiter queues, and the peer's unlock wakes it on its channel.
+    assert_eq!(peer_acquire(&s, "fl:peer", peer), None);
+    let ours = tokio::spawn({
+        let l = c.fair_lock("fl:peer");
+        async move {
+            let g = l.lock().await.unwrap();
+            let at = Instant::now();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            g.unlock().await.unwrap();
+            at
+        }
+    });
+    assert!(common::eventually(Duration::from_secs(5), || queue(&s, "fl:peer").len() == 1).await);
+    // The peer comes back to wait behind ours.
+    let released = Instant::now();
+    assert_eq!(peer_unlock(&s, "fl:peer", peer), Some(1));
+    let got_at = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if s.cmd::<i64>(&["EXISTS", "fl:peer"]) == 1 {
+                return Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("our waiter did not take the lock");
+    assert!(
+        got_at.duration_since(released) < Duration::from_millis(500),
+        "woken by its bound, not by the peer's message"
+    );
+    assert!(
+        peer_acquire(&s, "fl:peer", peer).is_some(),
+        "the peer barged in"
+    );
+    assert_eq!(queue(&s, "fl:peer"), [peer], "the peer waits in line");
+    // Our unlock notifies the peer on its own channel, and the peer then takes it.
+    let mut sub = s.conn();
+    let mut pubsub = sub.as_pubsub();
+    pubsub
+        .subscribe(format!(
+            "{}:{peer}",
+            redis_rlock::protocol::channel_name("fl:peer")
+        ))
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let msg = tokio::task::block_in_place(|| pubsub.get_message()).expect("the peer was not told");
+    assert_eq!(msg.get_payload::<String>().unwrap(), "0");
+    ours.await.unwrap();
+    assert_eq!(peer_acquire(&s, "fl:peer", peer), None, "the peer's turn");
+    assert_eq!(peer_unlock(&s, "fl:peer", peer), Some(1));
+    assert!(queue(&s, "fl:peer").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_re_enters_is_renewed_and_excludes_the_plain_lock_of_its_name() {
+    let s = RedisServer::start();
+    let c = common::client_with(
+        &s.url(),
+        Duration::from_millis(900),
+        Duration::from_millis(500),
+    )
+    .await;
+    let other = Client::connect(s.url()).await.unwrap();
+    let lock = c.fair_lock("fl:basic");
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 2);
+    assert!(other.lock("fl:basic").try_lock().await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(!outer.is_lost(), "not renewed");
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "fl:basic"]), 1);
+    inner.unlock().await.unwrap();
+    outer.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "fl:basic"]), 0);
+    // force_unlock deletes and tells the first waiter.
+    let g = other.fair_lock("fl:basic").lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let l = c.fair_lock("fl:basic");
+        async move { l.lock().await.unwrap().unlock().await.unwrap() }
+    });
+    assert!(common::eventually(Duration::from_secs(5), || queue(&s, "fl:basic").len() == 1).await);
+    assert!(c.fair_lock("fl:basic").force_unlock().await.unwrap());
+    tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("force unlock did not wake the first waiter")
+        .unwrap();
+    drop(g);
+}
