@@ -4,7 +4,7 @@
 //! it for a fixed time. Reports grants per second, each process's share, the max/min
 //! ratio of grants between processes, and the longest wait.
 //!
-//!     cargo bench --bench procs
+//!     cargo bench --bench procs          # this crate, then rslock 0.10, same server
 //!     RLOCK_PROCS=4 RLOCK_TASKS=8 RLOCK_HOLD_US=1000 RLOCK_SECS=5 cargo bench --bench procs
 //!
 //! `RLOCK_HANDOVER_LIMIT=0` turns hand-over off, `RLOCK_TURN_WINDOW_MS=0` turns. Uses `REDIS_URL` when set; otherwise starts a redis-server on a free loopback port.
@@ -71,6 +71,58 @@ fn start_server() -> (String, Option<Server>) {
     (url, Some(Server(child)))
 }
 
+/// The same loop with rslock 0.10 (one shared `LockManager`; its acquire retries until
+/// it gets the lock).
+async fn child_rslock(url: String, name: String, tasks: u64, hold: Duration, secs: u64) {
+    let manager = Arc::new(rslock::LockManager::new(vec![url]));
+    let grants = Arc::new(AtomicU64::new(0));
+    let longest = Arc::new(AtomicU64::new(0));
+    let until = start_together(secs).await;
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (m, name) = (manager.clone(), name.clone());
+        let (grants, longest) = (grants.clone(), longest.clone());
+        handles.push(tokio::spawn(async move {
+            while Instant::now() < until {
+                let asked = Instant::now();
+                let Ok(l) = m
+                    .acquire_no_guard(name.as_bytes(), Duration::from_secs(30))
+                    .await
+                else {
+                    break;
+                };
+                if Instant::now() < until {
+                    longest.fetch_max(asked.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    grants.fetch_add(1, Ordering::Relaxed);
+                    if !hold.is_zero() {
+                        tokio::time::sleep(hold).await;
+                    }
+                }
+                m.unlock(&l).await;
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    println!(
+        "RESULT {} {}",
+        grants.load(Ordering::Relaxed),
+        longest.load(Ordering::Relaxed)
+    );
+}
+
+/// Sleeps until the next whole second plus one of the wall clock, so that every
+/// process starts together; returns when the run ends.
+async fn start_together(secs: u64) -> Instant {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let next = Duration::from_secs(now.as_secs() + 2);
+    tokio::time::sleep(next - now).await;
+    Instant::now() + Duration::from_secs(secs)
+}
+
 /// One process: `tasks` tasks on one shared client take `name` in a loop until `until`.
 /// Prints `RESULT <grants> <longest wait µs>`.
 async fn child(url: String, name: String, tasks: u64, hold: Duration, secs: u64) {
@@ -84,13 +136,7 @@ async fn child(url: String, name: String, tasks: u64, hold: Duration, secs: u64)
     let client = builder.build().await.unwrap();
     let grants = Arc::new(AtomicU64::new(0));
     let longest = Arc::new(AtomicU64::new(0));
-    // All processes start together at the next whole second of the wall clock.
-    let start_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let next = Duration::from_secs(start_at.as_secs() + 2);
-    tokio::time::sleep(next - start_at).await;
-    let until = Instant::now() + Duration::from_secs(secs);
+    let until = start_together(secs).await;
     let mut handles = Vec::new();
     for _ in 0..tasks {
         let lock = client.lock(name.clone());
@@ -134,15 +180,34 @@ fn main() {
         .build()
         .unwrap();
     if let Ok(url) = std::env::var("RLOCK_PROCS_CHILD") {
-        rt.block_on(child(url, "procs:one".into(), tasks, hold, secs));
+        let name = "procs:one".to_string();
+        match std::env::var("RLOCK_PROCS_LIB").as_deref() {
+            Ok("rslock") => rt.block_on(child_rslock(url, name, tasks, hold, secs)),
+            _ => rt.block_on(child(url, name, tasks, hold, secs)),
+        }
         return;
     }
     let (url, _server) = start_server();
+    let libs = std::env::var("RLOCK_PROCS_LIBS").unwrap_or_else(|_| "ours,rslock".into());
+    let mut per_sec = Vec::new();
+    for lib in libs.split(',') {
+        per_sec.push((lib.to_string(), run(&url, lib, procs, tasks, hold, secs)));
+    }
+    if let [(_, ours), rest @ ..] = &per_sec[..] {
+        for (lib, theirs) in rest {
+            println!("grants/s ours / {lib}: {:.2}x", ours / theirs.max(1.0));
+        }
+    }
+}
+
+/// Runs `procs` child processes of `lib` and prints their figures; returns grants/s.
+fn run(url: &str, lib: &str, procs: u64, tasks: u64, hold: Duration, secs: u64) -> f64 {
     let me = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..procs)
         .map(|_| {
             Command::new(&me)
-                .env("RLOCK_PROCS_CHILD", &url)
+                .env("RLOCK_PROCS_CHILD", url)
+                .env("RLOCK_PROCS_LIB", lib)
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -170,11 +235,12 @@ fn main() {
     // A task's mean cycle: the time between two of its own grants, on average.
     let cycle_us = secs as f64 * 1e6 * (procs * tasks) as f64 / total.max(1) as f64;
     println!(
-        "{procs} processes x {tasks} tasks, hold {hold:?}, {secs} s: {:.0} grants/s; shares {}; max/min {:.2}; longest wait {:.1} ms = {:.1} mean task cycles",
+        "{lib}: {procs} processes x {tasks} tasks, hold {hold:?}, {secs} s: {:.0} grants/s; shares {}; max/min {:.2}; longest wait {:.1} ms = {:.1} mean task cycles",
         total as f64 / secs as f64,
         shares.join(" "),
         if min > 0.0 { max / min } else { f64::INFINITY },
         longest as f64 / 1000.0,
         longest as f64 / cycle_us
     );
+    total as f64 / secs as f64
 }
