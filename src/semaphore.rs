@@ -198,7 +198,38 @@ impl Semaphore {
         let (name, channel) = (self.name.clone(), self.channel.clone());
         let request = {
             let (inner, name, channel) = (inner.clone(), name.clone(), channel.clone());
-            async move { sync_raw::semaphore_acquire(&inner.conn, &name, &channel, permits).await }
+            async move {
+                // Sent again with the same request id while its reply may have been lost:
+                // the latch makes the first send's take count, and only once.
+                let latch = sync_raw::semaphore_latch(&name, &crate::raw::request_id());
+                let mut retry = false;
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    let sent = sync_raw::semaphore_acquire(
+                        &inner.conn,
+                        &name,
+                        &channel,
+                        permits,
+                        (&latch, inner.latch_ttl(), retry),
+                    )
+                    .await;
+                    match sent {
+                        Err(e) if e.may_have_run() && attempt < crate::target::ATTEMPTS => {
+                            tracing::debug!(attempt, error = %e, "semaphore acquire reply lost; retrying with the same request id");
+                            retry = true;
+                            tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt)))
+                                .await;
+                        }
+                        other => {
+                            if let Ok(true) = other {
+                                inner.janitor.discard(latch);
+                            }
+                            return other;
+                        }
+                    }
+                }
+            }
         };
         let orphan = {
             let inner = inner.clone();

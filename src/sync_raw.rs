@@ -116,15 +116,34 @@ pub(crate) enum Give {
     Add,
 }
 
+/// The latch of one semaphore acquire request:
+/// `redisson_semaphore_latch:{<name>}:<request id>` (this crate's own key).
+pub(crate) fn semaphore_latch(name: &str, request_id: &str) -> String {
+    format!(
+        "{}:{request_id}",
+        crate::raw::prefixed("redisson_semaphore_latch", name)
+    )
+}
+
 /// Takes `n` permits, all or none. `Ok(false)`: fewer are available. A take that no
-/// replica acknowledged is given back and answered [`Error::NotReplicated`].
+/// replica acknowledged is given back and answered [`Error::NotReplicated`]. `latch`
+/// makes the request count once: a `retry` of it whose first send took the permits
+/// answers `true` without taking more.
 pub(crate) async fn semaphore_acquire(
     conn: &Conn,
     name: &str,
     channel: &str,
     n: u32,
+    (latch, latch_ttl, retry): (&str, std::time::Duration, bool),
 ) -> Result<bool> {
-    let (v, synced) = run(SEMAPHORE_ACQUIRE.call().key(name).arg(n), conn, name).await?;
+    let call = SEMAPHORE_ACQUIRE
+        .call()
+        .key(name)
+        .key(latch)
+        .arg(n)
+        .arg(if retry { "1" } else { "0" })
+        .arg(latch_ttl.as_millis().max(1) as u64);
+    let (v, synced) = run(call, conn, name).await?;
     let taken = int("semaphore acquire", v)? == 1;
     if taken && synced == Synced::Acked(0) {
         let back = semaphore_release(conn, name, channel, i64::from(n), Give::Release).await;

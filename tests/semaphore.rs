@@ -444,3 +444,31 @@ async fn a_crashed_holders_permit_comes_back_when_its_lease_ends() {
         0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_reply_was_lost_takes_its_permits_once() {
+    let s = RedisServer::start();
+    let proxy = std::sync::Arc::new(common::proxy::Proxy::start(s.port).await);
+    let c = redis_rlock::Client::builder(proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let sem = c.semaphore("sem:lost");
+    assert!(sem.try_set_permits(5).await.unwrap());
+    // 250 ms each way: the script runs but its reply misses the 300 ms timeout; the
+    // delay is gone before the retry is sent.
+    let lift = proxy.delay_for(Duration::from_millis(250), Duration::from_millis(280));
+    assert!(
+        sem.try_acquire_for(2, Duration::from_secs(5))
+            .await
+            .expect("the retry must report the take"),
+        "the permits the first send took were not reported"
+    );
+    lift.await.unwrap();
+    assert_eq!(
+        sem.available_permits().await.unwrap(),
+        3,
+        "taken twice, or leaked"
+    );
+}
