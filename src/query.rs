@@ -4,11 +4,12 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::lock::Lock;
-use crate::raw;
+use crate::raw::{self, Kind};
 
 impl Lock {
     /// Whether anyone holds the lock now. One round trip, bounded by the response
-    /// timeout.
+    /// timeout. For a half of a read-write lock, whether the lock is held in that half's
+    /// mode (as Redisson's: `read().is_locked()` is false while a writer holds it).
     ///
     /// # Errors
     ///
@@ -19,13 +20,29 @@ impl Lock {
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn is_locked(&self) -> Result<bool> {
         self.target().check_usable()?;
+        let target = self.target();
+        let mode = match target.kind {
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Plain | Kind::Fair => {
+                let reply = raw::query(
+                    &target.inner().conn,
+                    &target.name,
+                    redis::cmd("EXISTS").arg(&*target.name).clone(),
+                )
+                .await?;
+                return Ok(reply == redis::Value::Int(1));
+            }
+        };
         let reply = raw::query(
-            &self.target().inner().conn,
-            &self.target().name,
-            redis::cmd("EXISTS").arg(&*self.target().name).clone(),
+            &target.inner().conn,
+            &target.name,
+            redis::cmd("HGET").arg(&*target.name).arg("mode").clone(),
         )
         .await?;
-        Ok(reply == redis::Value::Int(1))
+        let held: Option<String> =
+            redis::from_redis_value(reply).map_err(|e| Error::Redis(e.into()))?;
+        Ok(held.as_deref() == Some(mode))
     }
 
     /// Whether the calling task (or thread) holds the lock.

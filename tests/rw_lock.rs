@@ -600,3 +600,41 @@ async fn a_cancelled_waiter_leaves_nothing_behind() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_half_reports_and_force_unlocks_only_its_own_mode() {
+    let s = RedisServer::start();
+    let c = redis_rlock::Client::connect(s.url()).await.unwrap();
+    let other = redis_rlock::Client::connect(s.url()).await.unwrap();
+    let rw = c.read_write_lock("rw:halves");
+    let w = rw.write().lock().await.unwrap();
+    assert!(rw.write().is_locked().await.unwrap());
+    assert!(
+        !rw.read().is_locked().await.unwrap(),
+        "read half locked by a writer"
+    );
+    // Forcing the read half leaves a write lock alone.
+    assert!(!rw.read().force_unlock().await.unwrap());
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "rw:halves"]), 1);
+    w.unlock().await.unwrap();
+    let r = rw.read().lock().await.unwrap();
+    assert!(rw.read().is_locked().await.unwrap());
+    assert!(!rw.write().is_locked().await.unwrap());
+    assert!(!rw.write().force_unlock().await.unwrap());
+    // A writer of another client waits; forcing the read half wakes it.
+    let waiter = tokio::spawn({
+        let l = other.read_write_lock("rw:halves").write();
+        async move { l.lock().await.unwrap().unlock().await.unwrap() }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(rw.read().force_unlock().await.unwrap());
+    tokio::time::timeout(std::time::Duration::from_secs(3), waiter)
+        .await
+        .expect("force unlock did not wake the writer")
+        .unwrap();
+    assert!(
+        r.unlock().await.is_err(),
+        "the forced read hold still unlocked"
+    );
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "rw:halves"]), 0);
+}
