@@ -208,6 +208,30 @@ impl Client {
         Lock::new(self.inner.fenced_lock(name), self.runtime.clone())
     }
 
+    /// A handle to the fair lock named `name`, as [`crate::Client::fair_lock`]
+    /// (Redisson's `RFairLock`): threads take it in the order they came.
+    pub fn fair_lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(self.inner.fair_lock(name), self.runtime.clone())
+    }
+
+    /// The read half of the read-write lock named `name`, as
+    /// [`crate::ReadWriteLock::read`] (Redisson's `RReadWriteLock.readLock()`).
+    pub fn read_lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(
+            self.inner.read_write_lock(name).read(),
+            self.runtime.clone(),
+        )
+    }
+
+    /// The write half of the read-write lock named `name`, as
+    /// [`crate::ReadWriteLock::write`] (Redisson's `RReadWriteLock.writeLock()`).
+    pub fn write_lock(&self, name: impl Into<String>) -> Lock {
+        Lock::new(
+            self.inner.read_write_lock(name).write(),
+            self.runtime.clone(),
+        )
+    }
+
     /// This client's UUID, the first half of every holder field it writes.
     pub fn id(&self) -> &str {
         self.inner.id()

@@ -373,3 +373,61 @@ fn a_redisson_holder_excludes_a_thread_and_its_unlock_wakes_it() {
         );
     });
 }
+
+#[test]
+fn threads_take_a_fair_lock_in_order_and_share_a_read_lock() {
+    let server = RedisServer::start();
+    let c = client(&server, WD);
+    let held = c.fair_lock("bl:fair").lock().unwrap();
+    let order = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..3 {
+        let (lock, order) = (c.fair_lock("bl:fair"), order.clone());
+        threads.push(std::thread::spawn(move || {
+            let g = lock.lock().unwrap();
+            order.lock().push(i);
+            g.unlock().unwrap();
+        }));
+        let queue = redis_rlock::protocol::queue_key("bl:fair");
+        assert!(eventually(Duration::from_secs(5), || {
+            server
+                .cmd::<Vec<String>>(&["LRANGE", &queue, "0", "-1"])
+                .len()
+                == i + 1
+        }));
+    }
+    held.unlock().unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(*order.lock(), [0, 1, 2]);
+
+    // Two threads read together; a writer waits for both.
+    let r1 = c.read_lock("bl:rw").lock().unwrap();
+    let r2 = std::thread::spawn({
+        let l = c.read_lock("bl:rw");
+        move || l.try_lock().unwrap().is_some()
+    })
+    .join()
+    .unwrap();
+    assert!(r2, "a second reader was kept out");
+    // This thread reads, so its own write is an upgrade, refused at once.
+    assert!(matches!(
+        c.write_lock("bl:rw").try_lock(),
+        Err(Error::UpgradeRefused { .. })
+    ));
+    let kept_out = std::thread::spawn({
+        let l = c.write_lock("bl:rw");
+        move || l.try_lock().unwrap().is_none()
+    })
+    .join()
+    .unwrap();
+    assert!(kept_out, "a writer got in past a reader");
+    r1.unlock().unwrap();
+    let w = c
+        .write_lock("bl:rw")
+        .try_lock()
+        .unwrap()
+        .expect("free for the writer");
+    w.unlock().unwrap();
+}
