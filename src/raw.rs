@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use redis::{FromRedisValue, ParsingError, Value};
+use redis::{FromRedisValue, Value};
 
 use crate::connection::{Conn, Synced};
 use crate::error::{Error, Result};
@@ -47,8 +47,11 @@ impl Kind {
 }
 
 mod fair;
+mod replies;
 mod rw;
 mod turns;
+
+use replies::{AcquireReply, UnlockReply};
 
 pub(crate) use fair::{fair_leave, waiter_channel, QUEUE_TIMEOUT as FAIR_QUEUE_TIMEOUT};
 pub use fair::{queue_key, timeout_key};
@@ -135,81 +138,6 @@ pub(crate) enum Release {
 
 fn ms(d: Duration) -> u128 {
     d.as_millis()
-}
-
-/// The acquire script's reply, as Redis sent it.
-enum AcquireReply {
-    /// `{1, token, latched}`.
-    Granted { token: i64, latched: bool },
-    /// `{0, pttl}`.
-    Busy(i64),
-}
-
-impl FromRedisValue for AcquireReply {
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        let (kind, n, latched): (i64, i64, Option<i64>) = match v {
-            Value::Array(items) if (2..=3).contains(&items.len()) => {
-                let mut items = items.into_iter();
-                let mut next = || items.next().map(i64::from_redis_value).transpose();
-                (
-                    next()?.unwrap_or_default(),
-                    next()?.unwrap_or_default(),
-                    next()?,
-                )
-            }
-            other => return Err(shape("acquire", &other)),
-        };
-        match kind {
-            1 => Ok(AcquireReply::Granted {
-                token: n,
-                latched: latched == Some(1),
-            }),
-            0 => Ok(AcquireReply::Busy(n)),
-            _ => Err(ParsingError::from(format!(
-                "acquire script answered {kind}"
-            ))),
-        }
-    }
-}
-
-/// The unlock script's reply, as Redis sent it.
-enum UnlockReply {
-    /// nil.
-    NotHeld,
-    /// `0`.
-    StillHeld,
-    /// `1`.
-    Released,
-    /// `{2, token}`.
-    HandedOver(i64),
-}
-
-impl FromRedisValue for UnlockReply {
-    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
-        match v {
-            Value::Nil => Ok(UnlockReply::NotHeld),
-            Value::Array(items) if items.len() == 2 => {
-                let mut items = items.into_iter();
-                let kind = i64::from_redis_value(items.next().unwrap_or(Value::Nil))?;
-                let token = i64::from_redis_value(items.next().unwrap_or(Value::Nil))?;
-                match kind {
-                    2 => Ok(UnlockReply::HandedOver(token)),
-                    _ => Err(ParsingError::from(format!(
-                        "unlock script answered {{{kind}, ..}}"
-                    ))),
-                }
-            }
-            other => match i64::from_redis_value(other)? {
-                0 => Ok(UnlockReply::StillHeld),
-                1 => Ok(UnlockReply::Released),
-                n => Err(ParsingError::from(format!("unlock script answered {n}"))),
-            },
-        }
-    }
-}
-
-fn shape(what: &str, v: &Value) -> ParsingError {
-    ParsingError::from(format!("{what} script answered {v:?}"))
 }
 
 fn unexpected(what: &str, v: &Value) -> Error {
@@ -433,6 +361,18 @@ pub(crate) async fn renew(
     for (name, _) in batch {
         call = call.key(name);
     }
+    renewed(call, conn, batch, lease, "renew").await
+}
+
+/// Sends a batched renewal whose keys are already in `call` (the lease and the fields
+/// follow); `true` per pair whose lease was extended.
+pub(crate) async fn renewed(
+    mut call: ScriptCall,
+    conn: &Conn,
+    batch: &[(&str, &str)],
+    lease: Duration,
+    what: &str,
+) -> Result<Vec<bool>> {
     call = call.arg(ms(lease));
     for (_, field) in batch {
         call = call.arg(field);
@@ -447,25 +387,35 @@ pub(crate) async fn renew(
             .into_iter()
             .map(|v| i64::from_redis_value(v).ok() == Some(1))
             .collect()),
-        ref v => Err(unexpected("renew", v)),
+        ref v => Err(unexpected(what, v)),
+    }
+}
+
+/// Sends a script that answers 1 or 0 (a force unlock, a fair waiter leaving).
+pub(crate) async fn one_or_zero(
+    call: ScriptCall,
+    conn: &Conn,
+    name: &str,
+    what: &str,
+) -> Result<bool> {
+    let (reply, _) = call
+        .run(conn)
+        .await
+        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
+    match i64::from_redis_value(reply.clone()) {
+        Ok(n) => Ok(n == 1),
+        Err(_) => Err(unexpected(what, &reply)),
     }
 }
 
 pub(crate) async fn force_release(conn: &Conn, name: &str, channel: &str) -> Result<bool> {
-    let reply = FORCE_UNLOCK
+    let call = FORCE_UNLOCK
         .call()
         .key(name)
         .key(channel)
         .arg(UNLOCK_MESSAGE)
-        .arg(conn.publish_command())
-        .run(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
-    let (reply, _) = reply;
-    match i64::from_redis_value(reply.clone()) {
-        Ok(n) => Ok(n == 1),
-        Err(_) => Err(unexpected("force unlock", &reply)),
-    }
+        .arg(conn.publish_command());
+    one_or_zero(call, conn, name, "force unlock").await
 }
 
 /// Runs a plain command that reads the lock's key.

@@ -3,11 +3,9 @@
 
 use std::time::Duration;
 
-use redis::FromRedisValue;
-
-use super::{flag, ms, prefixed, unexpected, AcquireCall, ReleaseCall, UNLOCK_MESSAGE};
+use super::{flag, ms, prefixed, AcquireCall, ReleaseCall, UNLOCK_MESSAGE};
 use crate::connection::Conn;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::scripts::{ScriptCall, FAIR_ACQUIRE, FAIR_LEAVE, FAIR_UNLOCK};
 
 /// How long a waiter of this crate's fair lock may go without asking again before the
@@ -73,7 +71,7 @@ pub(crate) async fn fair_leave(
     field: Option<&str>,
     delete: bool,
 ) -> Result<bool> {
-    let (reply, _) = FAIR_LEAVE
+    let call = FAIR_LEAVE
         .call()
         .key(name)
         .key(queue_key(name))
@@ -82,14 +80,8 @@ pub(crate) async fn fair_leave(
         .arg(flag(delete))
         .arg(UNLOCK_MESSAGE)
         .arg(conn.publish_command())
-        .arg(super::channel_name(name))
-        .run(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
-    match i64::from_redis_value(reply.clone()) {
-        Ok(n) => Ok(n == 1),
-        Err(_) => Err(unexpected("fair leave", &reply)),
-    }
+        .arg(super::channel_name(name));
+    super::one_or_zero(call, conn, name, "fair leave").await
 }
 
 #[cfg(test)]

@@ -3,11 +3,9 @@
 
 use std::time::Duration;
 
-use redis::{FromRedisValue, Value};
-
-use super::{flag, ms, prefixed, unexpected, AcquireCall, Kind, ReleaseCall};
+use super::{flag, ms, prefixed, AcquireCall, Kind, ReleaseCall};
 use crate::connection::Conn;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::scripts::{
     ScriptCall, READ_ACQUIRE, READ_RENEW, READ_UNLOCK, RW_FORCE_UNLOCK, WRITE_ACQUIRE, WRITE_UNLOCK,
 };
@@ -104,22 +102,7 @@ pub(crate) async fn renew_read(
     for (name, field) in batch {
         call = call.key(name).key(timeout_prefix(name, field));
     }
-    call = call.arg(ms(lease));
-    for (_, field) in batch {
-        call = call.arg(field);
-    }
-    let first = batch.first().map(|b| b.0).unwrap_or("");
-    let (reply, _) = call
-        .run(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, first, conn.response_timeout))?;
-    match reply {
-        Value::Array(items) if items.len() == batch.len() => Ok(items
-            .into_iter()
-            .map(|v| i64::from_redis_value(v).ok() == Some(1))
-            .collect()),
-        ref v => Err(unexpected("read renew", v)),
-    }
+    super::renewed(call, conn, batch, lease, "read renew").await
 }
 
 /// Deletes the read-write lock `name` if it is in the mode of `kind` (Redisson's
@@ -134,20 +117,14 @@ pub(crate) async fn force_release_rw(
         Kind::Write => ("write", READ_UNLOCK_MESSAGE),
         _ => ("read", super::UNLOCK_MESSAGE),
     };
-    let (reply, _) = RW_FORCE_UNLOCK
+    let call = RW_FORCE_UNLOCK
         .call()
         .key(name)
         .key(channel)
         .arg(mode)
         .arg(message)
-        .arg(conn.publish_command())
-        .run(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
-    match i64::from_redis_value(reply.clone()) {
-        Ok(n) => Ok(n == 1),
-        Err(_) => Err(unexpected("force unlock", &reply)),
-    }
+        .arg(conn.publish_command());
+    super::one_or_zero(call, conn, name, "force unlock").await
 }
 
 #[cfg(test)]

@@ -1,0 +1,79 @@
+//! The acquire and unlock scripts' replies, decoded as redis-rs decodes any reply
+//! (`FromRedisValue`).
+
+use redis::{FromRedisValue, ParsingError, Value};
+
+/// The acquire script's reply, as Redis sent it.
+pub(super) enum AcquireReply {
+    /// `{1, token, latched}`.
+    Granted { token: i64, latched: bool },
+    /// `{0, pttl}`.
+    Busy(i64),
+}
+
+impl FromRedisValue for AcquireReply {
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        let (kind, n, latched): (i64, i64, Option<i64>) = match v {
+            Value::Array(items) if (2..=3).contains(&items.len()) => {
+                let mut items = items.into_iter();
+                let mut next = || items.next().map(i64::from_redis_value).transpose();
+                (
+                    next()?.unwrap_or_default(),
+                    next()?.unwrap_or_default(),
+                    next()?,
+                )
+            }
+            other => return Err(shape("acquire", &other)),
+        };
+        match kind {
+            1 => Ok(AcquireReply::Granted {
+                token: n,
+                latched: latched == Some(1),
+            }),
+            0 => Ok(AcquireReply::Busy(n)),
+            _ => Err(ParsingError::from(format!(
+                "acquire script answered {kind}"
+            ))),
+        }
+    }
+}
+
+/// The unlock script's reply, as Redis sent it.
+pub(super) enum UnlockReply {
+    /// nil.
+    NotHeld,
+    /// `0`.
+    StillHeld,
+    /// `1`.
+    Released,
+    /// `{2, token}`.
+    HandedOver(i64),
+}
+
+impl FromRedisValue for UnlockReply {
+    fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
+        match v {
+            Value::Nil => Ok(UnlockReply::NotHeld),
+            Value::Array(items) if items.len() == 2 => {
+                let mut items = items.into_iter();
+                let kind = i64::from_redis_value(items.next().unwrap_or(Value::Nil))?;
+                let token = i64::from_redis_value(items.next().unwrap_or(Value::Nil))?;
+                match kind {
+                    2 => Ok(UnlockReply::HandedOver(token)),
+                    _ => Err(ParsingError::from(format!(
+                        "unlock script answered {{{kind}, ..}}"
+                    ))),
+                }
+            }
+            other => match i64::from_redis_value(other)? {
+                0 => Ok(UnlockReply::StillHeld),
+                1 => Ok(UnlockReply::Released),
+                n => Err(ParsingError::from(format!("unlock script answered {n}"))),
+            },
+        }
+    }
+}
+
+fn shape(what: &str, v: &Value) -> ParsingError {
+    ParsingError::from(format!("{what} script answered {v:?}"))
+}
