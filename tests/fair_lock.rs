@@ -340,3 +340,44 @@ async fn a_fair_lock_re_enters_is_renewed_and_excludes_the_plain_lock_of_its_nam
         .unwrap();
     drop(g);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crashed_holders_lease_ends_the_queue_is_served_in_order() {
+    let s = RedisServer::start();
+    // A holder that died: its hold ends with its lease, and nothing is published.
+    let _: () = s.cmd(&[
+        "HSET",
+        "fl:dead",
+        "00000000-0000-4000-8000-000000000000:1",
+        "1",
+    ]);
+    let _: () = s.cmd(&["PEXPIRE", "fl:dead", "800"]);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let c = Client::connect(s.url()).await.unwrap();
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = c.fair_lock("fl:dead").lock().await.unwrap();
+            order.lock().push((i, Instant::now()));
+            g.unlock().await.unwrap();
+        }));
+        let s = &s;
+        assert!(
+            common::eventually(Duration::from_secs(5), || queue(s, "fl:dead").len()
+                == i + 1)
+            .await
+        );
+    }
+    let started = Instant::now();
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .expect("the queue was not served after the lease ended")
+            .unwrap();
+    }
+    let order = order.lock().clone();
+    assert_eq!(order.iter().map(|o| o.0).collect::<Vec<_>>(), [0, 1, 2]);
+    // The first asks again within a third of the queue timeout after the lease ends.
+    assert!(order[0].1.duration_since(started) < Duration::from_secs(3));
+}
