@@ -16,59 +16,16 @@ use std::time::{Duration, Instant};
 
 use redis_rlock::Client;
 
-#[path = "../tests/common/server_bin.rs"]
-#[allow(dead_code)]
-mod server_bin;
+#[path = "common/server.rs"]
+mod server;
+
+use server::start_server;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_server() -> (String, Option<Server>) {
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        return (url, None);
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let bin = server_bin::server_bin();
-    let child = Command::new(bin)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "no"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("redis://127.0.0.1:{port}");
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    (url, Some(Server(child)))
 }
 
 /// The same loop with rslock 0.10 (one shared `LockManager`; its acquire retries until
