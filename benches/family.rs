@@ -123,7 +123,10 @@ async fn readers_and_a_writer(url: &str, readers: usize, secs: u64) {
         tasks.push(tokio::spawn(async move {
             while Instant::now() < until {
                 let g = lock.lock().await.unwrap();
-                assert!(!writing.load(Ordering::SeqCst), "a reader inside with the writer");
+                assert!(
+                    !writing.load(Ordering::SeqCst),
+                    "a reader inside with the writer"
+                );
                 reads.fetch_add(1, Ordering::Relaxed);
                 g.unlock().await.unwrap();
             }

@@ -4,13 +4,15 @@
 -- KEYS[2]  this holder's timeout key prefix: {<name>}:<field>:rwlock_timeout (hold n has
 --          the key <prefix>:<n>, value 1, expiring with that hold's lease)
 -- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
+-- KEYS[4]  a writer of this crate waits: redisson_rwlock_writer:{<name>} (this crate's)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>" (its write field is that plus ':write')
 -- ARGV[3]  how long the latch is kept, in ms
 -- ARGV[4]  '1' when the client knows of no read hold of this field, '0' otherwise
 -- ARGV[5]  '1' when this request was sent before and its reply was lost, '0' the first time
 -- Returns {1, 0, latched} when the caller now holds one more read hold; {0, pttl} when a
--- writer other than the caller holds the lock.
+-- writer other than the caller holds the lock, or when a writer waits (KEYS[4]) and the
+-- caller holds no read hold yet: then the PTTL is the mark's.
 if ARGV[5] == '1' then
     local granted = redis.call('get', KEYS[3])
     local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
@@ -28,6 +30,15 @@ if ARGV[5] == '1' then
     end
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
+-- New readers let a waiting writer go first, or readers that keep overlapping would keep
+-- it out for good. A reader re-entering (or a writer downgrading) is not held back: the
+-- writer waits for it anyway.
+if KEYS[4] and mode ~= 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    local mark = redis.call('pttl', KEYS[4])
+    if mark > 0 then
+        return {0, mark}
+    end
+end
 -- Readers share; the writer may also read (a downgrade), as in Redisson.
 if mode == false or mode == 'read'
     or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 1) then

@@ -2,11 +2,15 @@
 -- layout), at most once per request.
 -- KEYS[1]  lock hash (the lock's name): field 'mode' = 'read' | 'write', one field per holder
 -- KEYS[2]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
+-- KEYS[3]  a writer of this crate waits: redisson_rwlock_writer:{<name>} (this crate's)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  write holder field: "<client uuid>:<owner id>:write"
 -- ARGV[3]  how long the latch is kept, in ms
 -- ARGV[4]  '1' when the client knows of no write hold of this field, '0' otherwise
 -- ARGV[5]  '1' when this request was sent before and its reply was lost, '0' the first time
+-- ARGV[6]  '1' when the caller waits if the lock is busy: it sets KEYS[3] for ARGV[7] ms,
+--          which holds back new readers of this crate until it is in
+-- ARGV[7]  how long the mark lasts, in ms (the waiter asks again within half of it)
 -- Returns {1, 0, latched} when the caller now holds one more write hold; {0, pttl} when
 -- anyone else holds the lock, readers included (the caller's own read holds too: an
 -- upgrade is refused by the client before it gets here).
@@ -24,6 +28,9 @@ if ARGV[5] == '1' then
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
+    if KEYS[3] then
+        redis.call('del', KEYS[3])
+    end
     redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     if ARGV[4] == '1' then
@@ -40,5 +47,8 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     end
     redis.call('set', KEYS[2], 0, 'px', ARGV[3])
     return {1, 0, 1}
+end
+if KEYS[3] and ARGV[6] == '1' then
+    redis.call('set', KEYS[3], 1, 'px', ARGV[7])
 end
 return {0, redis.call('pttl', KEYS[1])}

@@ -220,10 +220,13 @@ impl Target {
         let mut ttl = ttl
             .unwrap_or(self.inner().config.watchdog_timeout)
             .max(Duration::from_millis(1));
-        if self.kind == Kind::Fair {
+        match self.kind {
             // Each attempt moves this waiter's deadline in the queue: a live waiter is
             // never taken as gone (Redisson #3004).
-            ttl = ttl.min(raw::FAIR_QUEUE_TIMEOUT / 3);
+            Kind::Fair => ttl = ttl.min(raw::FAIR_QUEUE_TIMEOUT / 3),
+            // Each attempt renews the mark that holds new readers back.
+            Kind::Write => ttl = ttl.min(raw::WRITER_MARK / 2),
+            _ => {}
         }
         match deadline {
             None => Some(ttl),

@@ -41,8 +41,9 @@ impl<'a> InLine<'a> {
                 self.joined = true;
                 t.inner().table.join_line(&t.name);
             }
-            // Each waiter of a fair lock has its own place in the lock's queue.
-            Kind::Fair => self.joined = true,
+            // Each waiter of a fair lock has its own place in the lock's queue, and a
+            // waiting writer holds new readers back.
+            Kind::Fair | Kind::Write => self.joined = true,
             _ => {}
         }
     }
@@ -56,6 +57,16 @@ impl Drop for InLine<'_> {
         }
         let inner = t.inner().clone();
         let name = t.name.clone();
+        if t.kind == Kind::Write {
+            // Readers need not wait out the mark of a writer that stopped waiting. (Another
+            // writer still waiting sets it again at its next attempt.)
+            inner.clone().spawner().errand(async move {
+                if let Err(e) = raw::clear_writer_mark(&inner.conn, &name).await {
+                    tracing::debug!(lock = %name, error = %e, "could not clear the writer's mark; it ends by itself");
+                }
+            });
+            return;
+        }
         if t.kind == Kind::Fair {
             // A waiter that gives up leaves the queue at once: the waiters behind it do
             // not wait for its deadline (Redisson #1104, #2960, #3730, #6150).

@@ -310,19 +310,18 @@ impl HubShared {
     }
 
     /// An unlock message `payload` arrived on `channel`.
-    fn deliver(&self, channel: &[u8], payload: &[u8]) {
+    fn deliver(&self, channel: &[u8], _payload: &[u8]) {
         let Ok(channel) = std::str::from_utf8(channel) else {
             return;
         };
         let entry = self.channels.lock().get(channel).cloned();
         if let Some(entry) = entry {
-            // Redisson's lock and a read-write lock's last reader send "0": one waiter
-            // per name may go. A read-write lock's writer sends "1" on its own channel:
-            // readers share, so every waiter tries. Anything else was sent by no unlock
-            // but costs one attempt per name at most.
-            if payload == crate::raw::READ_UNLOCK_MESSAGE.as_bytes()
-                && channel.starts_with(crate::raw::RW_CHANNEL_PREFIX)
-            {
+            // Redisson's lock sends "0": one waiter per name may go. On a read-write
+            // lock's channel every waiter tries: after a writer's "1" readers share, and
+            // after the last reader's "0" the waiting writer must hear it, though new
+            // readers of this client, held back for it, would take a single wake-up.
+            // Anything else was sent by no unlock but costs one attempt per name at most.
+            if channel.starts_with(crate::raw::RW_CHANNEL_PREFIX) {
                 entry.wake_all();
             } else {
                 entry.wake_each_name();

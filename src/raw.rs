@@ -55,8 +55,10 @@ use replies::{AcquireReply, UnlockReply};
 
 pub(crate) use fair::{fair_leave, waiter_channel, QUEUE_TIMEOUT as FAIR_QUEUE_TIMEOUT};
 pub use fair::{queue_key, timeout_key};
-pub(crate) use rw::{force_release_rw, renew_read, RW_CHANNEL_PREFIX};
-pub use rw::{rw_channel_name, READ_UNLOCK_MESSAGE};
+pub(crate) use rw::{
+    clear_writer_mark, force_release_rw, renew_read, RW_CHANNEL_PREFIX, WRITER_MARK,
+};
+pub use rw::{rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
 pub(crate) use turns::leave_line;
 pub use turns::{clients_key, turn_key};
 

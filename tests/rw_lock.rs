@@ -638,3 +638,67 @@ async fn each_half_reports_and_force_unlocks_only_its_own_mode() {
     );
     assert_eq!(s.cmd::<i64>(&["EXISTS", "rw:halves"]), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_is_not_starved_by_readers_that_keep_coming() {
+    let s = RedisServer::start();
+    let c = client(&s).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..8 {
+        let (lock, stop) = (c.read_write_lock("rw:starve").read(), stop.clone());
+        readers.push(tokio::spawn(async move {
+            // Holds that overlap: the lock never leaves read mode on its own.
+            while !stop.load(Ordering::SeqCst) {
+                let g = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                g.unlock().await.unwrap();
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let other = client(&s).await;
+    let started = Instant::now();
+    let w = other
+        .read_write_lock("rw:starve")
+        .write()
+        .try_lock_for(Duration::from_secs(5), None)
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(w.is_some(), "the writer was kept out for 5 s");
+    println!("FIGURE writer_waited_ms {}", waited.as_millis());
+    // New readers wait for it: it is in once the holds already taken end (40 ms each).
+    assert!(waited < Duration::from_millis(500), "the writer waited {waited:?}");
+    w.unwrap().unlock().await.unwrap();
+    // A writer that gives up does not keep new readers out after it.
+    let g = other
+        .read_write_lock("rw:starve")
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    let gave_up = c
+        .read_write_lock("rw:starve")
+        .write()
+        .try_lock_for(Duration::from_millis(100), None)
+        .await
+        .unwrap();
+    assert!(gave_up.is_none());
+    assert!(
+        eventually(Duration::from_secs(1), || s.cmd::<i64>(&[
+            "EXISTS",
+            &redis_rlock::protocol::writer_key("rw:starve")
+        ]) == 0)
+        .await,
+        "the mark of a writer that gave up stayed"
+    );
+    g.unlock().await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for r in readers {
+        tokio::time::timeout(Duration::from_secs(10), r)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}

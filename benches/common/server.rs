@@ -51,4 +51,3 @@ pub fn start_server() -> (String, Option<Server>) {
     }
     (url, Some(Server(child)))
 }
-

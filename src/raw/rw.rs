@@ -41,22 +41,53 @@ pub(crate) fn timeout_prefix(name: &str, field: &str) -> String {
     format!("{}:{field}:rwlock_timeout", key_prefix(name))
 }
 
+/// How long a waiting writer's mark holds back new readers of this crate; the writer
+/// asks again within half of it, so the mark lasts while it waits.
+pub(crate) const WRITER_MARK: Duration = Duration::from_secs(2);
+
+/// Set while a writer of this crate waits: `redisson_rwlock_writer:{<name>}` (this
+/// crate's own key; Redisson's readers do not look at it).
+pub fn writer_key(name: &str) -> String {
+    prefixed("redisson_rwlock_writer", name)
+}
+
 pub(super) fn acquire_call(call: &AcquireCall<'_>) -> ScriptCall {
-    let script = if call.kind == Kind::Read {
+    if call.kind == Kind::Read {
         READ_ACQUIRE
             .call()
             .key(call.name)
             .key(timeout_prefix(call.name, call.field))
+            .key(call.latch)
+            .key(writer_key(call.name))
+            .arg(ms(call.lease))
+            .arg(call.field)
+            .arg(ms(call.latch_ttl).max(1))
+            .arg(flag(call.fresh))
+            .arg(flag(call.retry))
     } else {
-        WRITE_ACQUIRE.call().key(call.name)
-    };
-    script
-        .key(call.latch)
-        .arg(ms(call.lease))
-        .arg(call.field)
-        .arg(ms(call.latch_ttl).max(1))
-        .arg(flag(call.fresh))
-        .arg(flag(call.retry))
+        WRITE_ACQUIRE
+            .call()
+            .key(call.name)
+            .key(call.latch)
+            .key(writer_key(call.name))
+            .arg(ms(call.lease))
+            .arg(call.field)
+            .arg(ms(call.latch_ttl).max(1))
+            .arg(flag(call.fresh))
+            .arg(flag(call.retry))
+            .arg(flag(call.waits))
+            .arg(ms(WRITER_MARK))
+    }
+}
+
+/// Clears a waiting writer's mark: the writer stopped waiting without the lock.
+pub(crate) async fn clear_writer_mark(conn: &Conn, name: &str) -> Result<()> {
+    let mut cmd = redis::cmd("DEL");
+    cmd.arg(writer_key(name));
+    conn.query(&cmd)
+        .await
+        .map(|_| ())
+        .map_err(|e| crate::error::Error::from_redis(e, name, conn.response_timeout))
 }
 
 /// A read-write lock never hands over: `call.next` is not sent.
