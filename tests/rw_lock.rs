@@ -669,7 +669,10 @@ async fn a_waiting_writer_is_not_starved_by_readers_that_keep_coming() {
     assert!(w.is_some(), "the writer was kept out for 5 s");
     println!("FIGURE writer_waited_ms {}", waited.as_millis());
     // New readers wait for it: it is in once the holds already taken end (40 ms each).
-    assert!(waited < Duration::from_millis(500), "the writer waited {waited:?}");
+    assert!(
+        waited < Duration::from_millis(500),
+        "the writer waited {waited:?}"
+    );
     w.unwrap().unlock().await.unwrap();
     // A writer that gives up does not keep new readers out after it.
     let g = other
