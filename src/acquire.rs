@@ -205,7 +205,11 @@ impl Target {
             kind: Kind::Read,
             ..self.clone()
         };
-        if self.inner().table.holds(&self.name, &read.field_of(owner)) {
+        // A writer that also reads (it downgraded) re-enters its write lock as usual.
+        let table = &self.inner().table;
+        if table.holds(&self.name, &read.field_of(owner))
+            && !table.holds(&self.name, &self.field_of(owner))
+        {
             return Err(Error::UpgradeRefused {
                 name: self.name.to_string(),
             });

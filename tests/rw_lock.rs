@@ -705,3 +705,27 @@ async fn a_waiting_writer_is_not_starved_by_readers_that_keep_coming() {
             .unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_also_reads_re_enters_its_write_lock() {
+    let s = RedisServer::start();
+    let c = client(&s).await;
+    let rw = c.read_write_lock("rw:rewrite");
+    let w = rw.write().lock().await.unwrap();
+    let r = rw.read().lock().await.unwrap();
+    let again = rw
+        .write()
+        .try_lock()
+        .await
+        .expect("a writer's re-entry is no upgrade")
+        .expect("re-entered");
+    again.unlock().await.unwrap();
+    w.unlock().await.unwrap();
+    // Now it only reads: asking for the write lock is an upgrade.
+    assert!(matches!(
+        rw.write().try_lock().await,
+        Err(Error::UpgradeRefused { .. })
+    ));
+    r.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "rw:rewrite"]), 0);
+}
