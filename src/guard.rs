@@ -19,7 +19,8 @@ use crate::target::{Hold, Target};
 pub(crate) enum GuardKind {
     /// Renewed by the watchdog; lost when the watchdog says so.
     Watchdog(Arc<WatchEntry>),
-    /// Fixed lease; surely gone at `expires` (measured from when the acquire was sent).
+    /// Fixed lease; surely gone at `expires` (measured from when the acquire was sent),
+    /// unless a watchdog hold of the same field covers it (see `Table::cover`).
     Lease { expires: Instant },
 }
 
@@ -128,9 +129,10 @@ impl LockGuard {
     }
 
     /// Whether the lock is known to be lost: the watchdog found it gone or taken over,
-    /// or the lease the client last confirmed has run out (for a fixed lease: the
-    /// lease). That lease is counted on the monotonic clock from the send of the request
-    /// that confirmed it, so this turns true no later than the key can expire on Redis,
+    /// or the lease the client last confirmed has run out (for a fixed lease: the lease,
+    /// unless a watchdog hold of the same owner, taken before that lease ran out, still
+    /// keeps the key alive). That lease is counted on the monotonic clock from the send
+    /// of the request that confirmed it, so this turns true no later than the key can expire on Redis,
     /// whether or not the watchdog could run meanwhile (a blocked thread, a paused
     /// process, a stalled Redis). Once true, it stays true.
     ///
@@ -144,7 +146,15 @@ impl LockGuard {
         }
         match &state.kind {
             GuardKind::Watchdog(e) => state.target.inner.watchdog.check_lost(e),
-            GuardKind::Lease { expires } => Instant::now() >= *expires,
+            GuardKind::Lease { expires } => {
+                Instant::now() >= *expires
+                    && state
+                        .target
+                        .inner
+                        .table
+                        .cover(&state.hold.name, &state.hold.field, *expires)
+                        .is_none()
+            }
         }
     }
 
@@ -167,7 +177,18 @@ impl LockGuard {
         let lost = async {
             match &state.kind {
                 GuardKind::Watchdog(e) => state.target.inner.watchdog.lost(e).await,
-                GuardKind::Lease { expires } => tokio::time::sleep_until(*expires).await,
+                GuardKind::Lease { expires } => {
+                    tokio::time::sleep_until(*expires).await;
+                    // Past its own lease, the hold lives as long as a watchdog hold of the
+                    // same field that covered it (see `Table::cover`).
+                    let table = &state.target.inner.table;
+                    while let Some(e) = table.cover(&state.hold.name, &state.hold.field, *expires) {
+                        tokio::select! {
+                            _ = e.lost.wait() => {}
+                            _ = tokio::time::sleep_until(e.valid_until()) => {}
+                        }
+                    }
+                }
             }
         };
         tokio::select! {
@@ -263,11 +284,11 @@ impl GuardState {
                 let lost = inner.watchdog.check_lost(entry);
                 inner.table.release_watched(entry, lost)
             }
-            GuardKind::Lease { expires } => inner.table.release_fixed(
-                &self.hold.name,
-                &self.hold.field,
-                Instant::now() >= *expires,
-            ),
+            GuardKind::Lease { expires } => {
+                inner
+                    .table
+                    .release_fixed(&self.hold.name, &self.hold.field, *expires)
+            }
         }
     }
 }

@@ -44,6 +44,8 @@ pub(crate) struct WatchEntry {
     /// acquire or renewal, plus the lease. Measured on our monotonic clock, from when the
     /// request was sent, so it errs early.
     valid_until: Mutex<Instant>,
+    /// When the client learnt that the hold was taken (its reply came back).
+    pub(crate) taken: Instant,
 }
 
 impl WatchEntry {
@@ -65,7 +67,7 @@ impl WatchEntry {
         self.valid_until() <= Instant::now()
     }
 
-    fn live(&self) -> bool {
+    pub(crate) fn live(&self) -> bool {
         !self.lost.is_set() && !self.expired()
     }
 }
@@ -296,6 +298,24 @@ impl Table {
     /// Whether the client holds `(name, field)` (watchdog or fixed lease).
     pub(crate) fn holds(&self, name: &str, field: &str) -> bool {
         self.peek(name, field, Holder::holds).unwrap_or(false)
+    }
+
+    /// The live watchdog hold of `(name, field)` that covers a fixed lease of the same
+    /// field ending at `expires`: taken before that lease ran out, so the watchdog has
+    /// kept the key alive without a gap since. The fixed hold lives as long as it does.
+    pub(crate) fn cover(
+        &self,
+        name: &str,
+        field: &str,
+        expires: Instant,
+    ) -> Option<Arc<WatchEntry>> {
+        self.peek(name, field, |h| {
+            h.watched
+                .as_ref()
+                .filter(|w| w.entry.taken < expires && w.entry.live())
+                .map(|w| w.entry.clone())
+        })
+        .flatten()
     }
 
     /// Whether `(name, field)` has a watchdog hold (alive or not yet found lost).

@@ -548,3 +548,72 @@ async fn an_expired_guard_leaves_a_newer_hold_of_its_owner_alone() {
         newer.unlock().await.unwrap();
     }
 }
+
+/// A fixed lease taken inside a watchdog hold of the same task: the watchdog keeps the
+/// key alive past the inner lease, so the inner guard is not lost while the outer hold
+/// lives, its unlock gives back its hold, and the outer unlock frees the lock for others.
+/// Taken the other way round, an inner watchdog hold that outlives an outer fixed lease
+/// keeps it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_inside_a_watchdog_hold_lives_as_long_as_the_watchdog_hold() {
+    let s = RedisServer::start();
+    let c = client_with(&s.url(), Duration::from_millis(900), Duration::from_secs(1)).await;
+    let other = client_with(&s.url(), Duration::from_secs(5), Duration::from_secs(1)).await;
+    let lock = c.lock("edge:nested-lease");
+    let outer = lock.lock().await.unwrap();
+    let inner = lock
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!outer.is_lost());
+    assert!(
+        !inner.is_lost(),
+        "the inner lease is covered by the watchdog hold"
+    );
+    let ready = tokio::time::timeout(Duration::from_millis(50), inner.lost()).await;
+    assert!(
+        ready.is_err(),
+        "lost() ready while the watchdog holds the key"
+    );
+    inner.unlock().await.unwrap();
+    outer.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "edge:nested-lease"]), 0);
+    assert!(other
+        .lock("edge:nested-lease")
+        .try_lock()
+        .await
+        .unwrap()
+        .is_some());
+
+    // The outer hold goes first: the inner lease is on its own again, and once it has
+    // run out by the clock, the inner guard is lost and its unlock deletes what is left.
+    let outer = lock.lock().await.unwrap();
+    let inner = lock
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    outer.unlock().await.unwrap();
+    assert!(!inner.is_lost());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(inner.is_lost());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), inner.lost())
+            .await
+            .is_ok()
+    );
+    assert!(matches!(inner.unlock().await, Err(Error::LeaseLost { .. })));
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "edge:nested-lease"]), 0);
+
+    // A fixed lease first, a watchdog hold inside it taken before the lease ran out.
+    let outer = lock
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    let inner = lock.lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!outer.is_lost() && !inner.is_lost());
+    outer.unlock().await.unwrap();
+    inner.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "edge:nested-lease"]), 0);
+}

@@ -92,6 +92,7 @@ impl Table {
                     token,
                     kind,
                     valid_until: Mutex::new(until),
+                    taken: Instant::now(),
                 }),
             });
             w.guards += 1;
@@ -158,16 +159,22 @@ impl Table {
         })
     }
 
-    /// Gives back one fixed-lease guard; `expired`: its lease ran out.
+    /// Gives back one fixed-lease guard whose lease ends at `expires`.
     pub(crate) fn release_fixed(
         self: &Arc<Self>,
         name: &Arc<str>,
         field: &Arc<str>,
-        expired: bool,
+        expires: Instant,
     ) -> Handback {
         self.with_holder(name, field, |h, _| {
             h.fixed = h.fixed.saturating_sub(1);
-            if expired {
+            // A watchdog hold of the field taken before the lease ran out has renewed the
+            // key since: the fixed hold is still counted in it.
+            let covered = h
+                .watched
+                .as_ref()
+                .is_some_and(|w| w.entry.taken < expires && w.entry.live());
+            if Instant::now() >= expires && !covered {
                 // What the hash still counts for this field may be a newer hold of the
                 // same owner, which a release must not touch.
                 return Handback::Lost {

@@ -59,7 +59,7 @@ async fn an_entry_goes_once_nothing_is_left_in_it() {
         }
     ));
     assert!(matches!(
-        t.release_fixed(&n, &f, false),
+        t.release_fixed(&n, &f, Instant::now() + Duration::from_secs(1)),
         Handback::Send {
             holds: 1,
             keep: None
