@@ -43,9 +43,10 @@ pub enum Error {
         max: Duration,
     },
 
-    /// A permit or count argument of a semaphore or latch was refused before anything
-    /// was sent: 0 permits to acquire or release (Redisson treats 0 as "nothing to do";
-    /// here it is almost always a bug), or a latch count of 0.
+    /// A permit or count argument of a semaphore or latch was refused, and nothing was
+    /// written: 0 permits to acquire or release (Redisson treats 0 as "nothing to do";
+    /// here it is almost always a bug), a latch count of 0, or permits whose sum with
+    /// the semaphore's count would leave the `i64` range (refused by the server).
     #[error("invalid {what} {value}: {reason}")]
     InvalidCount {
         /// Which argument: "permits", "count".
@@ -76,9 +77,9 @@ pub enum Error {
         id: String,
     },
 
-    /// A permit id that is not hex of an even length (Redisson's ids are 32 hex digits
-    /// for 16 bytes).
-    #[error("permit id `{id}` is not an even number of hex digits")]
+    /// A permit id that is not 32 hex digits (the 16 bytes of an id this crate or
+    /// Redisson hands out).
+    #[error("permit id `{id}` is not 32 hex digits")]
     InvalidPermitId {
         /// The rejected id.
         id: String,

@@ -104,19 +104,22 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(id: &str) -> Result<Vec<u8>> {
+/// The 16 bytes an id stands for. Ids of this crate and of Redisson are 32 hex digits;
+/// anything else could never name a permit, so it is refused as input, not answered
+/// "not held".
+fn unhex(id: &str) -> Result<[u8; 16]> {
     let bad = || Error::InvalidPermitId { id: id.to_string() };
-    if id.is_empty() || !id.len().is_multiple_of(2) {
+    if id.len() != 32 {
         return Err(bad());
     }
-    (0..id.len())
-        .step_by(2)
-        .map(|i| {
-            id.get(i..i + 2)
-                .and_then(|d| u8::from_str_radix(d, 16).ok())
-                .ok_or_else(bad)
-        })
-        .collect()
+    let mut raw = [0u8; 16];
+    for (i, b) in raw.iter_mut().enumerate() {
+        *b = id
+            .get(2 * i..2 * i + 2)
+            .and_then(|d| u8::from_str_radix(d, 16).ok())
+            .ok_or_else(bad)?;
+    }
+    Ok(raw)
 }
 
 impl PermitExpirableSemaphore {
@@ -296,7 +299,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPermitId`] for an id that is not hex, name errors, before
+    /// [`Error::InvalidPermitId`] for an id that is not 32 hex digits, name errors, before
     /// anything is sent; [`Error::Closed`]; transient errors as they come (the release
     /// may then have happened or not).
     ///
@@ -307,14 +310,7 @@ impl PermitExpirableSemaphore {
         let raw = unhex(id)?;
         self.check()?;
         let keys = self.keys();
-        let mut call_ids = Vec::new();
-        if let Ok(fixed) = <[u8; 16]>::try_from(raw.as_slice()) {
-            call_ids.push(fixed);
-        } else {
-            // Not an id this crate or Redisson hands out: it cannot be held.
-            return Ok(false);
-        }
-        Ok(sync_raw::permit_release(&self.inner.conn, &keys, &call_ids).await? == 1)
+        Ok(sync_raw::permit_release(&self.inner.conn, &keys, &[raw]).await? == 1)
     }
 
     /// Gives back the permit `id`, as [`try_release`](Self::try_release), and fails
@@ -384,8 +380,11 @@ mod tests {
         ];
         let h = hex(&id);
         assert_eq!(h.len(), 32);
-        assert_eq!(unhex(&h).unwrap(), id.to_vec());
-        assert_eq!(unhex("ABff").unwrap(), vec![0xab, 0xff]);
+        assert_eq!(unhex(&h).unwrap(), id);
+        assert_eq!(unhex(&h.to_uppercase()).unwrap(), id);
+        assert!(unhex("abcd").is_err(), "too short to be an id");
+        assert!(unhex(&format!("{h}00")).is_err(), "too long to be an id");
+        assert!(unhex(&format!("{}zz", &h[..30])).is_err());
         assert!(unhex("abc").is_err());
         assert!(unhex("zz").is_err());
         assert!(unhex("").is_err());

@@ -263,7 +263,8 @@ impl Semaphore {
     /// [`Error::InvalidCount`] for 0 permits and name errors, before anything is sent;
     /// [`Error::NoSuchSemaphore`] when the key does not exist (nothing written; Redisson
     /// would create it); [`Error::WrongType`] when the key holds no integer;
-    /// [`Error::Closed`] after shutdown; transient errors as they come (the release may
+    /// [`Error::InvalidCount`] when the sum would leave the `i64` range (nothing
+    /// written); [`Error::Closed`] after shutdown; transient errors as they come (the release may
     /// then have happened or not).
     ///
     /// # Cancel safety
@@ -335,12 +336,14 @@ impl Semaphore {
     }
 
     /// Adds `permits` (negative: removes them, possibly below 0) and creates the
-    /// semaphore if it does not exist, as Redisson's `addPermits` (the key is SET, so it
-    /// loses any TTL). A new count above 0 is published.
+    /// semaphore if it does not exist, as Redisson's `addPermits` (the key loses any
+    /// TTL). A new count above 0 is published.
     ///
     /// # Errors
     ///
-    /// As [`available_permits`](Self::available_permits).
+    /// As [`available_permits`](Self::available_permits), and [`Error::InvalidCount`]
+    /// when the sum would leave the `i64` range (nothing written; Redisson would store a
+    /// rounded float that no client can read back as a count).
     ///
     /// # Cancel safety
     ///

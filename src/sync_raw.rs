@@ -173,9 +173,15 @@ pub(crate) async fn semaphore_release(
         .arg(n)
         .arg(conn.publish_command())
         .arg(mode);
-    match run(call, conn, name).await?.0 {
-        Value::Nil => Ok(None),
-        v => int("semaphore release", v).map(Some),
+    match run(call, conn, name).await {
+        Ok((Value::Nil, _)) => Ok(None),
+        Ok((v, _)) => int("semaphore release", v).map(Some),
+        Err(Error::Redis(e)) if e.code() == Some("OVERFLOW") => Err(Error::InvalidCount {
+            what: "permits",
+            value: n,
+            reason: "the semaphore's count would leave the 64-bit range; nothing was written",
+        }),
+        Err(e) => Err(e),
     }
 }
 

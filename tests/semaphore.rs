@@ -305,15 +305,47 @@ async fn bad_input_gets_typed_errors_and_writes_nothing() {
     ));
     assert_eq!(s.cmd::<String>(&["GET", "sem:text"]), "abc");
 
+    // A sum outside the 64-bit range is refused, and the count stays as it was.
+    let big = c.semaphore("sem:big");
+    big.add_permits(i64::MAX - 1).await.unwrap();
+    assert!(matches!(
+        big.add_permits(i64::MAX).await,
+        Err(Error::InvalidCount {
+            what: "permits",
+            ..
+        })
+    ));
+    assert!(matches!(
+        big.release(2).await,
+        Err(Error::InvalidCount { .. })
+    ));
+    assert_eq!(big.available_permits().await.unwrap(), i64::MAX - 1);
+    big.release(1).await.unwrap();
+    assert_eq!(big.available_permits().await.unwrap(), i64::MAX);
+    assert_eq!(s.cmd::<String>(&["GET", "sem:big"]), i64::MAX.to_string());
+    big.add_permits(i64::MIN + 1).await.unwrap();
+    big.add_permits(-1).await.unwrap();
+    assert_eq!(big.available_permits().await.unwrap(), -1);
+    assert!(matches!(
+        big.add_permits(i64::MIN).await,
+        Err(Error::InvalidCount { .. })
+    ));
+    assert_eq!(big.available_permits().await.unwrap(), -1);
+
     let pes = c.permit_expirable_semaphore("pes:errors");
     assert!(matches!(
         pes.acquire(Duration::ZERO).await,
         Err(Error::InvalidLease { .. })
     ));
-    assert!(matches!(
-        pes.try_release("xyz").await,
-        Err(Error::InvalidPermitId { .. })
-    ));
+    for bad in ["xyz", "abcd", "00112233445566778899aabbccddeeff00"] {
+        assert!(
+            matches!(
+                pes.try_release(bad).await,
+                Err(Error::InvalidPermitId { .. })
+            ),
+            "{bad}"
+        );
+    }
     assert!(matches!(
         pes.release("00112233445566778899aabbccddeeff").await,
         Err(Error::PermitNotHeld { .. })
