@@ -154,6 +154,7 @@ impl Target {
         // The unlock may have happened between the first attempt and the subscription;
         // the attempt right after the SUBSCRIBE is confirmed covers that window.
         let Some(bound) = self.bound(ttl, deadline) else {
+            line.leave().await;
             return Ok(None);
         };
         sub.ready(bound).await;
@@ -189,13 +190,18 @@ impl Target {
             },
             None => Step::Attempt,
         };
-        loop {
+        let outcome = loop {
             step = match step {
                 Step::Attempt => waiting.attempt().await,
                 Step::Sleep { ttl, lease_ends } => waiting.sleep(ttl, lease_ends).await,
-                Step::Done(outcome) => return outcome,
+                Step::Done(outcome) => break outcome,
             };
+        };
+        // A holder leaves in the background; one that gives up is out before it returns.
+        if !matches!(outcome, Ok(Some(_))) {
+            waiting.line.leave().await;
         }
+        outcome
     }
 
     /// A task that holds the read lock would wait for itself forever if it asked for the

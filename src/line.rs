@@ -2,9 +2,17 @@
 //! `docs/protocol.md` 2.6), or, for a fair lock, its own place in the lock's queue.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
+use crate::inflight::Completing;
 use crate::raw::{self, Kind};
 use crate::target::Target;
+
+/// How long a caller that gives up waits for its leave to be confirmed (see
+/// [`InLine::leave`]): many round trips on any sound network, and little next to a wait.
+const LEAVE_BUDGET: Duration = Duration::from_millis(5);
 
 /// This acquisition's part in its client's place in the lock's line in Redis
 /// (`docs/protocol.md` 2.6): joined at its first busy reply. When the client's last such
@@ -49,42 +57,64 @@ impl<'a> InLine<'a> {
     }
 }
 
-impl Drop for InLine<'_> {
-    fn drop(&mut self) {
-        let t = self.target;
-        if !self.joined || self.granted_by_redis {
+impl InLine<'_> {
+    /// Leaves, and waits a moment for Redis to confirm it: a caller that returns empty
+    /// handed should no longer be in line when it returns, or a release right after
+    /// (in another client, say) would give the turn, or the fair queue's head, to a
+    /// waiter that has left. Bounded by [`LEAVE_BUDGET`]: on a slow or stalled Redis the
+    /// caller's time bound matters more, and the leave finishes in the background.
+    pub(crate) async fn leave(&mut self) {
+        let Some(leave) = self.leaving() else {
             return;
+        };
+        let inner = self.target.inner().clone();
+        let request = Completing::new(inner.spawner(), leave, |()| async {});
+        let _ = tokio::time::timeout(LEAVE_BUDGET, request).await;
+    }
+
+    /// What leaving sends, if anything; once.
+    fn leaving(&mut self) -> Option<BoxFuture<'static, ()>> {
+        if !self.joined || self.granted_by_redis {
+            return None;
         }
+        self.joined = false;
+        let t = self.target;
         let inner = t.inner().clone();
         let name = t.name.clone();
         if t.kind == Kind::Write {
             // Readers need not wait out the mark of a writer that stopped waiting. (Another
             // writer still waiting sets it again at its next attempt.)
-            inner.clone().spawner().errand(async move {
+            return Some(Box::pin(async move {
                 if let Err(e) = raw::clear_writer_mark(&inner.conn, &name).await {
                     tracing::debug!(lock = %name, error = %e, "could not clear the writer's mark; it ends by itself");
                 }
-            });
-            return;
+            }));
         }
         if t.kind == Kind::Fair {
             // A waiter that gives up leaves the queue at once: the waiters behind it do
             // not wait for its deadline (Redisson #1104, #2960, #3730, #6150).
             let field = self.field.clone();
-            inner.clone().spawner().errand(async move {
+            return Some(Box::pin(async move {
                 if let Err(e) = raw::fair_leave(&inner.conn, &name, Some(&field), false).await {
                     tracing::debug!(lock = %name, error = %e, "could not leave the fair lock's queue; the place ends with its deadline");
                 }
-            });
-            return;
+            }));
         }
         if !inner.table.leave_line(&name) {
-            return;
+            return None;
         }
-        inner.clone().spawner().errand(async move {
+        Some(Box::pin(async move {
             if let Err(e) = raw::leave_line(&inner.conn, &name, &inner.id).await {
                 tracing::debug!(lock = %name, error = %e, "could not leave the line; a turn may wait for nobody once");
             }
-        });
+        }))
+    }
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        if let Some(leave) = self.leaving() {
+            self.target.inner().clone().spawner().errand(leave);
+        }
     }
 }

@@ -188,7 +188,10 @@ impl Lock {
         self.target.acquire_unbounded(Some(lease)).await
     }
 
-    /// One attempt, no waiting. `Ok(None)` when someone else holds the lock. The lock is
+    /// One attempt, no waiting. `Ok(None)` when someone else holds the lock, or, just
+    /// after a release, while it is kept for the turn of another client of this crate
+    /// that waits for it (at most the [turn window](crate::ClientBuilder::turn_window),
+    /// 10 ms by default; see [`docs::protocol`](crate::docs::protocol) 2.6). The lock is
     /// kept by the watchdog.
     ///
     /// # Errors
