@@ -44,6 +44,11 @@ impl ClientBuilder {
     ///   password is required, a wrong user or password).
     /// - [`Error::Unavailable`] or [`Error::Timeout`]: Redis cannot be reached within
     ///   the connect timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a future dropped before it returns leaves no client; the services
+    /// it started stop, and its connections close.
     pub async fn build(self) -> Result<Client> {
         let config = self.config;
         check_duration("watchdog timeout", config.watchdog_timeout)?;
@@ -207,6 +212,15 @@ pub struct Client {
 
 impl Client {
     /// Connects with default settings. See [`ClientBuilder::build`].
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientBuilder::build`]: an unusable URL, refused credentials, or Redis out
+    /// of reach within the connect timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`ClientBuilder::build`].
     pub async fn connect(url: impl AsRef<str>) -> Result<Client> {
         Client::builder(url).build().await
     }

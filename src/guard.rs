@@ -172,6 +172,10 @@ impl LockGuard {
     /// }
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits, so it can be raced in `select!` and polled again.
     pub async fn lost(&self) {
         let state = self.state();
         let lost = async {

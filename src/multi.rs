@@ -98,8 +98,10 @@ fn check_parts(locks: &[Lock]) -> Result<()> {
 impl RedLock {
     /// A RedLock over `locks`, one per independent master.
     ///
-    /// Fails with [`Error::InvalidConfig`] when `locks` is empty or two of them come
-    /// from the same client (a majority on one server would mean nothing).
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when `locks` is empty or two of them come from the same
+    /// client (a majority on one server would mean nothing).
     pub fn new(locks: Vec<Lock>) -> Result<RedLock> {
         check_parts(&locks)?;
         let mut ids: Vec<&str> = locks.iter().map(|l| l.client_id()).collect();
@@ -271,8 +273,11 @@ impl RedLock {
 }
 
 impl MultiLock {
-    /// A lock that holds every one of `locks`. Fails with [`Error::InvalidConfig`]
-    /// when `locks` is empty.
+    /// A lock that holds every one of `locks`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when `locks` is empty.
     pub fn new(mut locks: Vec<Lock>) -> Result<MultiLock> {
         check_parts(&locks)?;
         locks.sort_by(|a, b| (a.name(), a.client_id()).cmp(&(b.name(), b.client_id())));
@@ -412,6 +417,10 @@ impl MultiGuard {
     }
 
     /// Completes when [`is_lost`](Self::is_lost) becomes true.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
     pub async fn lost(&self) {
         let expiry = async {
             match self.valid_until {
@@ -440,6 +449,17 @@ impl MultiGuard {
 
     /// Releases every part, concurrently. Returns the first error, after all parts
     /// were tried.
+    ///
+    /// # Errors
+    ///
+    /// The first part's error, as [`LockGuard::unlock`] gives them
+    /// ([`Error::LeaseLost`], [`Error::NotHeld`], transient errors); the other parts
+    /// were released all the same.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockGuard::unlock`]: every part whose unlock was sent completes
+    /// in the background; the others are released by their guards' drop.
     pub async fn unlock(mut self) -> Result<()> {
         let guards = std::mem::take(&mut self.guards);
         let results = join_all(guards.into_iter().map(|g| g.unlock())).await;

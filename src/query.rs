@@ -15,6 +15,10 @@ impl Lock {
     ///
     /// Name errors as for [`lock`](Self::lock); transient errors as they come.
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
     /// # Panics
     ///
     /// Panics if polled outside a tokio runtime with the time driver enabled.
@@ -51,6 +55,10 @@ impl Lock {
     ///
     /// As [`hold_count`](Self::hold_count).
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
     /// # Panics
     ///
     /// Panics if polled outside a tokio runtime with the time driver enabled.
@@ -65,6 +73,10 @@ impl Lock {
     ///
     /// Name errors as for [`lock`](Self::lock); [`Error::WrongType`] when the key is
     /// not a lock hash; transient errors as they come.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     ///
     /// # Panics
     ///
@@ -98,6 +110,10 @@ impl Lock {
     /// # Errors
     ///
     /// Name errors as for [`lock`](Self::lock); transient errors as they come.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     ///
     /// # Panics
     ///
