@@ -207,9 +207,10 @@ pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
 /// almost surely a bug, and every waiter and renewal would carry it.
 pub const MAX_NAME_LEN: usize = 64 * 1024;
 
-/// Longest lease, wait or timeout accepted: 2^62 ms (about 146 million years). Redis
+/// Longest lease or client timeout accepted: 2^62 ms (about 146 million years). Redis
 /// rejects expiry times that overflow its signed 64-bit millisecond clock; this limit
-/// keeps well inside it.
+/// keeps well inside it. A longer wait (`Duration::MAX`, say) is accepted, and means
+/// waiting without a deadline.
 pub const MAX_DURATION: Duration = Duration::from_millis(1 << 62);
 
 pub(crate) fn check_duration(what: &'static str, d: Duration) -> Result<()> {

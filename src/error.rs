@@ -35,7 +35,7 @@ pub enum Error {
     /// (see [`MAX_DURATION`](crate::MAX_DURATION)).
     #[error("{what} of {duration:?} is beyond Redis's millisecond range (at most {max:?})")]
     DurationOutOfRange {
-        /// Which argument: "lease", "wait", "watchdog timeout", ...
+        /// Which argument: "lease", "watchdog timeout", "response timeout", ...
         what: &'static str,
         /// The rejected duration.
         duration: Duration,

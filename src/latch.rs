@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::check_duration;
+use crate::config::MAX_DURATION;
 use crate::error::Result;
 use crate::services::ClientInner;
 use crate::sync_raw::{self, check_count};
@@ -153,8 +153,8 @@ impl CountDownLatch {
     ///
     /// # Errors
     ///
-    /// As [`wait`](Self::wait), and
-    /// [`Error::DurationOutOfRange`](crate::Error::DurationOutOfRange) for `timeout`;
+    /// As [`wait`](Self::wait) (a `timeout` beyond
+    /// [`MAX_DURATION`](crate::MAX_DURATION) waits as it does);
     /// [`Error::Timeout`](crate::Error::Timeout) when Redis gave no answer at all before
     /// the deadline.
     ///
@@ -170,7 +170,7 @@ impl CountDownLatch {
     ///
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn wait_for(&self, timeout: Duration) -> Result<bool> {
-        check_duration("wait", timeout)?;
+        let timeout = timeout.min(MAX_DURATION);
         self.wait_within(Until::after(timeout)).await
     }
 

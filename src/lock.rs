@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::Wait;
-use crate::config::check_duration;
+use crate::config::MAX_DURATION;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::raw;
@@ -224,9 +224,9 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`lock_with_lease`](Self::lock_with_lease), and
-    /// [`Error::DurationOutOfRange`] for a `wait` beyond
-    /// [`MAX_DURATION`](crate::MAX_DURATION). [`Error::Timeout`] (transient) when Redis
+    /// As [`lock_with_lease`](Self::lock_with_lease) (a `wait` beyond
+    /// [`MAX_DURATION`](crate::MAX_DURATION), `Duration::MAX` say, waits as
+    /// [`lock`](Self::lock) does). [`Error::Timeout`] (transient) when Redis
     /// gave no answer at all before the deadline; `Ok(None)` means it answered that
     /// someone else holds the lock, and kept doing so until the deadline.
     ///
@@ -248,7 +248,8 @@ impl Lock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
-        check_duration("wait", wait)?;
+        // A wait beyond the largest duration is forever, as for `lock`.
+        let wait = wait.min(MAX_DURATION);
         let until = Instant::now().checked_add(wait);
         self.target
             .acquire(

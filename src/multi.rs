@@ -200,7 +200,7 @@ impl RedLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
-        crate::config::check_duration("wait", wait)?;
+        let wait = wait.min(crate::MAX_DURATION);
         if let Some(l) = lease {
             crate::config::check_lease(l)?;
         }
@@ -371,7 +371,7 @@ impl MultiLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
-        crate::config::check_duration("wait", wait)?;
+        let wait = wait.min(crate::MAX_DURATION);
         let deadline = Instant::now() + wait;
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::{check_duration, check_lease};
+use crate::config::{check_lease, MAX_DURATION};
 use crate::error::{Error, Result};
 use crate::inflight::Completing;
 use crate::services::ClientInner;
@@ -217,7 +217,8 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     ///
-    /// As [`acquire`](Self::acquire), and [`Error::DurationOutOfRange`] for `wait`.
+    /// As [`acquire`](Self::acquire) (a `wait` beyond
+    /// [`MAX_DURATION`](crate::MAX_DURATION) waits as it does).
     /// [`Error::Timeout`] when Redis gave no answer at all before the deadline (within
     /// one response timeout for a zero `wait`).
     ///
@@ -234,7 +235,7 @@ impl PermitExpirableSemaphore {
     ///
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn try_acquire(&self, lease: Duration, wait: Duration) -> Result<Option<Permit>> {
-        check_duration("wait", wait)?;
+        let wait = wait.min(MAX_DURATION);
         self.acquire_within(lease, Until::after(wait)).await
     }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::check_duration;
+use crate::config::MAX_DURATION;
 use crate::error::{Error, Result};
 use crate::inflight::Completing;
 use crate::services::ClientInner;
@@ -155,8 +155,8 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// As [`acquire`](Self::acquire), and [`Error::DurationOutOfRange`] for a `wait`
-    /// beyond [`MAX_DURATION`](crate::MAX_DURATION). [`Error::Timeout`] when Redis gave
+    /// As [`acquire`](Self::acquire) (a `wait` beyond
+    /// [`MAX_DURATION`](crate::MAX_DURATION) waits as it does). [`Error::Timeout`] when Redis gave
     /// no answer at all before the deadline; `Ok(false)` means it answered that too few
     /// permits were available, and kept doing so until the deadline.
     ///
@@ -173,7 +173,7 @@ impl Semaphore {
     ///
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn try_acquire_for(&self, permits: u32, wait: Duration) -> Result<bool> {
-        check_duration("wait", wait)?;
+        let wait = wait.min(MAX_DURATION);
         self.acquire_within(permits, Until::after(wait)).await
     }
 

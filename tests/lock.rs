@@ -550,9 +550,17 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
             .await,
         Err(Error::DurationOutOfRange { .. })
     ));
+    // A wait beyond the largest duration is forever: the free lock is taken.
+    lock.try_lock_for(Duration::MAX, None)
+        .await
+        .unwrap()
+        .expect("a free lock")
+        .unlock()
+        .await
+        .unwrap();
     assert!(matches!(
-        lock.try_lock_for(Duration::MAX, None).await,
-        Err(Error::DurationOutOfRange { what: "wait", .. })
+        lock.try_lock_for(Duration::MAX, Some(Duration::MAX)).await,
+        Err(Error::DurationOutOfRange { what: "lease", .. })
     ));
     assert!(matches!(
         lock.try_lock_for(Duration::from_secs(1), Some(Duration::ZERO))
