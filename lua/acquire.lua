@@ -5,6 +5,7 @@
 -- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
 -- KEYS[4]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
 -- KEYS[5]  whose turn it is to take the lock after a release: redisson_lock_turn:{<name>}
+-- KEYS[6]  this crate's turns channel: redisson_lock_turns:{<name>}
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>"
 -- ARGV[3]  how long the latch is kept, in ms
@@ -16,13 +17,15 @@
 -- ARGV[7]  turn window in ms; '0' leaves KEYS[4] and KEYS[5] alone (turns off). A
 --          client is known in them by its id, the first 36 characters of ARGV[2]
 -- ARGV[8]  '1' when the caller waits if the lock is busy: the client then joins KEYS[4]
+-- ARGV[9]  'publish', or 'spublish' on a cluster with sharded pub/sub
 -- Returns {1, token, latched} when the caller now holds the lock; for a fenced lock the
 -- token is larger than every token issued before for this name, for a plain one it is 0.
 -- latched is 1 when the latch was written (the client deletes it once the request has
--- its answer). Returns {0, pttl} when someone else holds it, or when it is free but it is
--- another client's turn (then the PTTL is the turn's); the PTTL bounds how long a waiter
--- sleeps. With turns on, a client whose caller waits joins KEYS[4] once when it finds the
--- lock busy, and a first grant takes it out again.
+-- its answer). Returns {0, pttl} when someone else holds it, or {0, pttl, 1} when it is
+-- free but it is another client's turn (then the PTTL is the turn's); the PTTL bounds how
+-- long a waiter sleeps. With turns on, a client whose caller waits joins KEYS[4] once when it finds the
+-- lock busy, and a first grant takes it out again. A grant that uses the client's turn
+-- says so on KEYS[6] ('taken'), so that the other clients' waiters keep sleeping.
 local fenced = ARGV[6] == '1'
 if ARGV[5] == '1' then
     local granted = redis.call('get', KEYS[3])
@@ -66,7 +69,7 @@ if fresh and turns then
         if waits then
             wait_in_line()
         end
-        return {0, redis.call('pttl', KEYS[5])}
+        return {0, redis.call('pttl', KEYS[5]), 1}
     end
 end
 if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
@@ -88,7 +91,10 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     end
     if fresh and turns then
         -- This client's turn (if it was) is used, and it is no longer in line.
-        redis.call('del', KEYS[5])
+        if redis.call('del', KEYS[5]) == 1 then
+            -- Only a hint to other clients of this crate: a refusal changes nothing here.
+            redis.pcall(ARGV[9], KEYS[6], 'taken')
+        end
         redis.call('lrem', KEYS[4], 1, me)
     end
     -- A first grant to a client that held nothing is recognised on retry by its field;

@@ -6,6 +6,7 @@
 -- KEYS[4]  fencing token counter: redisson_lock_token:{<name>}
 -- KEYS[5]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
 -- KEYS[6]  whose turn it is to take the lock: redisson_lock_turn:{<name>}
+-- KEYS[7]  this crate's turns channel: redisson_lock_turns:{<name>}
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[3]  holder field
@@ -17,7 +18,9 @@
 -- ARGV[9]  the next holder's lease, in ms
 -- ARGV[10] '1' for a fenced lock (a hand-over INCRs the token counter), '0' for a plain one
 -- ARGV[11] turn window in ms: a published release gives the first client in KEYS[5] the
---          turn for this long; '0' leaves KEYS[5] and KEYS[6] alone
+--          turn for this long, and names it on KEYS[7] just before the unlock message
+--          (so other clients' waiters can let it go first without asking); '0' leaves
+--          KEYS[5] and KEYS[6] alone
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
 -- released and published, {2, token} when it was handed over to ARGV[8] (with a new
 -- fencing token for a fenced lock, 0 for a plain one). A partial release latches '0' and
@@ -73,6 +76,16 @@ if ARGV[8] ~= '' then
         return {2, token}
     end
 end
+local next_client = false
+if tonumber(ARGV[11] or '0') > 0 then
+    next_client = redis.call('lindex', KEYS[5], 0)
+end
+-- The turn is named before the unlock message, on a channel of this crate's own (a
+-- Redisson client never hears it): a subscriber gets both in this order. It is only a
+-- hint, so a refusal is ignored.
+if next_client then
+    redis.pcall(ARGV[5], KEYS[7], next_client)
+end
 -- PUBLISH before any write: a publish refused by ACL then leaves the lock as it was,
 -- instead of a lock released that no waiter hears of. The refusal is given the NOPERM
 -- code: servers word it differently, and Redis 7.0 reports it as a plain ERR.
@@ -81,10 +94,8 @@ if type(sent) == 'table' and sent.err then
     return redis.error_reply('NOPERM publish refused: ' .. sent.err)
 end
 redis.call('del', KEYS[1])
-if tonumber(ARGV[11] or '0') > 0 then
-    local next_client = redis.call('lpop', KEYS[5])
-    if next_client then
-        redis.call('set', KEYS[6], next_client, 'px', ARGV[11])
-    end
+if next_client then
+    redis.call('lpop', KEYS[5])
+    redis.call('set', KEYS[6], next_client, 'px', ARGV[11])
 end
 return 1

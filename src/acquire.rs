@@ -101,6 +101,14 @@ impl Target {
                 }
             }
         }
+        // A waiter that joins a confirmed subscription before its first attempt hears of
+        // every release after that attempt: once answered busy, it can sleep at once.
+        let early = match (wait, self.kind, behind) {
+            (Wait::Until(_), Kind::Plain, None) if self.inner().pubsub.is_ready(&self.channel) => {
+                Some(self.subscription(&field))
+            }
+            _ => None,
+        };
         let ttl = match behind {
             Some(left) => Some(left),
             None => match self
@@ -143,21 +151,20 @@ impl Target {
             line.busy();
         }
         tracing::debug!(?ttl, "lock busy; waiting");
-        // A fair lock's waiter hears on a channel of its own that it is first in line.
-        let sub = match self.kind {
-            Kind::Fair => {
-                let channel = raw::waiter_channel(&self.name, &field).into();
-                self.inner().pubsub.subscribe(&channel, &self.name)
-            }
-            _ => self.inner().pubsub.subscribe(&self.channel, &self.name),
+        let subscribed_first = early.is_some();
+        let sub = match early {
+            Some(sub) => sub,
+            None => self.subscription(&field),
         };
-        // The unlock may have happened between the first attempt and the subscription;
-        // the attempt right after the SUBSCRIBE is confirmed covers that window.
         let Some(bound) = self.bound(ttl, deadline) else {
             line.leave().await;
             return Ok(None);
         };
-        sub.ready(bound).await;
+        if !subscribed_first {
+            // The unlock may have happened between the first attempt and the
+            // subscription; the attempt right after the SUBSCRIBE is confirmed covers it.
+            sub.ready(bound).await;
+        }
         let queued = Queued {
             waiter: self.inner().handover.waiter(
                 &self.name,
@@ -182,11 +189,16 @@ impl Target {
             adopt: false,
             line,
         };
-        // A waiter that joined the queue without an attempt sleeps first.
+        // A waiter that joined the queue without an attempt sleeps first, as does one
+        // that was subscribed before its attempt.
         let mut step = match behind {
             Some(left) => Step::Sleep {
                 ttl: Some(left),
                 lease_ends: None,
+            },
+            None if subscribed_first => Step::Sleep {
+                ttl,
+                lease_ends: ttl.map(|t| Instant::now() + t),
             },
             None => Step::Attempt,
         };
@@ -309,6 +321,25 @@ struct Waiting<'a> {
     /// such a hold instead of taking a second one. Over once an attempt is answered.
     adopt: bool,
     line: InLine<'a>,
+}
+
+impl Target {
+    /// Joins the channel on which this lock's releases are heard (a fair lock's waiter:
+    /// its own, on which it hears that it is first in line).
+    fn subscription(&self, field: &str) -> Subscription {
+        let pubsub = &self.inner().pubsub;
+        match self.kind {
+            Kind::Fair => {
+                let channel = raw::waiter_channel(&self.name, field).into();
+                pubsub.subscribe(&channel, None, &self.name)
+            }
+            Kind::Plain if !self.inner().config.turn_window.is_zero() => {
+                let turns = raw::turns_channel(&self.name).into();
+                pubsub.subscribe(&self.channel, Some(&turns), &self.name)
+            }
+            _ => pubsub.subscribe(&self.channel, None, &self.name),
+        }
+    }
 }
 
 impl Waiting<'_> {

@@ -159,6 +159,19 @@ impl Target {
                 inner.stats.count(Event::Busy);
                 Ok(Tried::Busy(ttl))
             }
+            Attempt::TurnBusy(turn) => {
+                inner.stats.count(Event::Busy);
+                // Where this client heard the turn announced, its hub wakes the waiters
+                // if the turn runs out unused, and the unlock after the turn's holder
+                // does in any case: the turn's end need not bound the sleep. The lease
+                // then stands in for the holder's unknown PTTL.
+                let covered = inner.pubsub.turn_covered(&self.channel);
+                Ok(Tried::Busy(Some(if covered {
+                    inner.config.watchdog_timeout
+                } else {
+                    turn
+                })))
+            }
             Attempt::Acquired { .. } if sent + effective <= Instant::now() => {
                 // The answer came after the lease it granted had run out (Redis stalled,
                 // or this future was not polled): the lock may be someone else's by now,

@@ -139,6 +139,7 @@ impl ClientBuilder {
             &runtime,
             &background,
             stats.clone(),
+            id.as_str().into(),
         )
         .await?;
         let janitor = Janitor::start(conn.clone(), &runtime, &background);

@@ -21,6 +21,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::config::{Config, Deployment};
@@ -40,12 +41,34 @@ pub(crate) struct ChannelEntry {
     /// True once Redis confirmed the SUBSCRIBE for this entry.
     ready: AtomicBool,
     ready_changed: Notify,
+    /// A plain lock's channel with turns on: the turns channel subscribed with it
+    /// (`docs/protocol.md` 2.6). Such a channel also lingers (see [`timers::LINGER`]).
+    turns: Option<Arc<str>>,
+    turn: Mutex<TurnState>,
+    /// Since when the entry has had no waiter (a lingering channel).
+    idle_since: Mutex<Option<Instant>>,
+    /// A linger timer is set for the entry.
+    linger_pending: AtomicBool,
 }
 
 /// How many local waiters a lock name has on a channel, and their wake-up queue.
 type NameWaiters = (usize, Arc<Notify>);
 
 impl ChannelEntry {
+    /// Redis confirmed the subscription of `channel`. The lock's own channel makes the
+    /// entry ready; its turns channel, subscribed before it, does not.
+    fn confirmed(&self, channel: &str) {
+        if self.turns.as_deref() == Some(channel) {
+            return;
+        }
+        self.ready.store(true, Ordering::SeqCst);
+        self.ready_changed.notify_waiters();
+    }
+
+    fn waiters(&self) -> u64 {
+        self.waiters.load(Ordering::SeqCst)
+    }
+
     fn join(&self, name: &Arc<str>) -> Arc<Notify> {
         let mut names = self.names.lock();
         let slot = names.entry(name.clone()).or_default();
@@ -89,8 +112,10 @@ impl ChannelEntry {
 
 mod actor;
 mod cluster;
+mod timers;
 
 use actor::actor;
+use timers::{Timer, TurnState};
 
 /// How a cluster hub subscribes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +131,8 @@ enum Command {
     Subscribe(Arc<str>, u64),
     /// The channel lost its last waiter.
     Unsubscribe(Arc<str>),
+    /// A timer was set: the actor looks at when it is due.
+    Recheck,
 }
 
 struct HubShared {
@@ -114,6 +141,10 @@ struct HubShared {
     next_id: AtomicU64,
     connected: AtomicBool,
     stats: Arc<Counters>,
+    /// This client's id, as a turn message names it.
+    me: Arc<str>,
+    turn_window: Duration,
+    timers: Mutex<Vec<(Instant, Timer)>>,
 }
 
 /// The per-client pub/sub hub.
@@ -145,6 +176,7 @@ impl PubSubHub {
         runtime: &Handle,
         background: &Background,
         stats: Arc<Counters>,
+        me: Arc<str>,
     ) -> Result<PubSubHub> {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(HubShared {
@@ -153,6 +185,9 @@ impl PubSubHub {
             next_id: AtomicU64::new(1),
             connected: AtomicBool::new(false),
             stats,
+            me,
+            turn_window: config.turn_window,
+            timers: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&shared);
         let timeouts = (config.connect_timeout, config.response_timeout);
@@ -189,28 +224,44 @@ impl PubSubHub {
         Ok(PubSubHub { shared })
     }
 
-    /// Joins the waiters of `channel` for the lock `name`, subscribing the channel if
-    /// this is its first waiter.
-    pub(crate) fn subscribe(&self, channel: &Arc<str>, name: &Arc<str>) -> Subscription {
+    /// Joins the waiters of `channel` for the lock `name`, subscribing the channel (and
+    /// `turns`, a plain lock's turns channel, with turns on) if this is its first waiter.
+    pub(crate) fn subscribe(
+        &self,
+        channel: &Arc<str>,
+        turns: Option<&Arc<str>>,
+        name: &Arc<str>,
+    ) -> Subscription {
         let mut channels = self.shared.channels.lock();
-        let entry = channels
-            .entry(channel.clone())
-            .or_insert_with(|| {
+        let entry = match channels.get(channel) {
+            Some(e) => e.clone(),
+            None => {
                 let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-                let _ = self
-                    .shared
-                    .commands
-                    .send(Command::Subscribe(channel.clone(), id));
-                Arc::new(ChannelEntry {
+                let entry = Arc::new(ChannelEntry {
                     id,
                     waiters: AtomicU64::new(0),
                     names: Mutex::new(HashMap::new()),
                     ready: AtomicBool::new(false),
                     ready_changed: Notify::new(),
-                })
-            })
-            .clone();
+                    turns: turns.cloned(),
+                    turn: Mutex::default(),
+                    idle_since: Mutex::new(None),
+                    linger_pending: AtomicBool::new(false),
+                });
+                // Both in one batch, so one SUBSCRIBE confirms both; the turns channel
+                // first, so that no turn message is missed once the lock's is confirmed.
+                for ch in turns.into_iter().chain([channel]) {
+                    channels.insert(ch.clone(), entry.clone());
+                    let _ = self
+                        .shared
+                        .commands
+                        .send(Command::Subscribe(ch.clone(), id));
+                }
+                entry
+            }
+        };
         entry.waiters.fetch_add(1, Ordering::SeqCst);
+        *entry.idle_since.lock() = None;
         let wake = entry.join(name);
         Subscription {
             hub: self.shared.clone(),
@@ -220,6 +271,21 @@ impl PubSubHub {
             wake,
             holding_wake: false,
         }
+    }
+
+    /// Whether `channel` is subscribed and confirmed (it has waiters, or lingers): a
+    /// waiter that joins it before its first attempt hears every release after it.
+    pub(crate) fn is_ready(&self, channel: &str) -> bool {
+        self.shared
+            .channels
+            .lock()
+            .get(channel)
+            .is_some_and(|e| e.ready.load(Ordering::SeqCst))
+    }
+
+    /// See `HubShared::turn_covered`.
+    pub(crate) fn turn_covered(&self, channel: &str) -> bool {
+        self.shared.turn_covered(channel)
     }
 
     /// Number of channels with local waiters.
@@ -287,6 +353,19 @@ impl Drop for Subscription {
         self.entry.leave(&self.name);
         let mut channels = self.hub.channels.lock();
         if self.entry.waiters.fetch_sub(1, Ordering::SeqCst) == 1 {
+            if self.entry.turns.is_some() {
+                // Kept for a while: this client's next wait on the lock is likely soon.
+                let now = Instant::now();
+                *self.entry.idle_since.lock() = Some(now);
+                if !self.entry.linger_pending.swap(true, Ordering::SeqCst) {
+                    self.hub
+                        .timers
+                        .lock()
+                        .push((now + timers::LINGER, Timer::Linger(self.channel.clone())));
+                    let _ = self.hub.commands.send(Command::Recheck);
+                }
+                return;
+            }
             if matches!(channels.get(&self.channel), Some(e) if Arc::ptr_eq(e, &self.entry)) {
                 channels.remove(&self.channel);
             }
@@ -309,20 +388,28 @@ impl HubShared {
         }
     }
 
-    /// An unlock message `payload` arrived on `channel`.
-    fn deliver(&self, channel: &[u8], _payload: &[u8]) {
+    /// A message `payload` arrived on `channel`.
+    fn deliver(&self, channel: &[u8], payload: &[u8]) {
         let Ok(channel) = std::str::from_utf8(channel) else {
             return;
         };
         let entry = self.channels.lock().get(channel).cloned();
         if let Some(entry) = entry {
+            if entry.turns.as_deref() == Some(channel) {
+                self.on_turn(&entry, payload);
+                return;
+            }
             // Redisson's lock sends "0": one waiter per name may go. On a read-write
             // lock's channel every waiter tries: after a writer's "1" readers share, and
             // after the last reader's "0" the waiting writer must hear it, though new
             // readers of this client, held back for it, would take a single wake-up.
             // Anything else was sent by no unlock but costs one attempt per name at most.
+            // With turns, the unlock message right behind a turn message for another
+            // client is that client's: waiters here would only be answered busy.
             if channel.starts_with(crate::raw::RW_CHANNEL_PREFIX) {
                 entry.wake_all();
+            } else if self.for_another_turn(&entry) {
+                self.stats.count(Event::TurnDeferred);
             } else {
                 entry.wake_each_name();
             }

@@ -60,7 +60,7 @@ pub(crate) use rw::{
 };
 pub use rw::{rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
 pub(crate) use turns::leave_line;
-pub use turns::{clients_key, turn_key};
+pub use turns::{clients_key, turn_key, turns_channel};
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
 /// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster
@@ -122,6 +122,8 @@ pub(crate) enum Attempt {
     Acquired { token: u64, latched: bool },
     /// Someone else holds it; the value is its PTTL (`None` if the key has no expiry).
     Busy(Option<Duration>),
+    /// It is free, but another client's turn, which ends after this long.
+    TurnBusy(Duration),
 }
 
 /// Outcome of one unlock call.
@@ -189,6 +191,7 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
             .key(call.latch)
             .key(clients_key(call.name))
             .key(turn_key(call.name))
+            .key(turns_channel(call.name))
             .arg(ms(call.lease))
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))
@@ -196,7 +199,8 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
             .arg(flag(call.retry))
             .arg(flag(call.fenced))
             .arg(ms(call.turn_window))
-            .arg(flag(call.waits)),
+            .arg(flag(call.waits))
+            .arg(conn.publish_command()),
         Kind::Read | Kind::Write => rw::acquire_call(call),
         Kind::Fair => fair::acquire_call(call),
     };
@@ -226,6 +230,9 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
             })
         }
         AcquireReply::Granted { .. } => Err(unexpected("acquire", &reply)),
+        AcquireReply::TurnBusy(ttl) => {
+            Ok(Attempt::TurnBusy(Duration::from_millis(ttl.max(0) as u64)))
+        }
         AcquireReply::Busy(ttl) if ttl >= 0 => {
             Ok(Attempt::Busy(Some(Duration::from_millis(ttl as u64))))
         }
@@ -340,6 +347,7 @@ fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .key(call.token_key)
         .key(clients_key(call.name))
         .key(turn_key(call.name))
+        .key(turns_channel(call.name))
         .arg(UNLOCK_MESSAGE)
         .arg(call.keep.map(ms).unwrap_or(0))
         .arg(call.field)

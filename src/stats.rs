@@ -34,6 +34,9 @@ pub struct Stats {
     pub wakeups: u64,
     /// Times the pub/sub connection was (re)established.
     pub pubsub_connects: u64,
+    /// Unlock messages that woke nobody here because the release gave the turn to
+    /// another client of this crate (`docs/protocol.md` 2.6): attempts saved.
+    pub turns_deferred: u64,
 }
 
 /// One event a client counts. The times only go to the `metrics` histograms.
@@ -52,6 +55,7 @@ pub(crate) enum Event {
     HandedOver(Duration),
     Woken,
     PubsubConnected,
+    TurnDeferred,
 }
 
 /// The per-client counters behind [`Stats`].
@@ -66,6 +70,7 @@ pub(crate) struct Counters {
     handovers: AtomicU64,
     wakeups: AtomicU64,
     pubsub_connects: AtomicU64,
+    turns_deferred: AtomicU64,
 }
 
 impl Counters {
@@ -80,6 +85,7 @@ impl Counters {
             Event::HandedOver(_) => (&self.handovers, 1),
             Event::Woken => (&self.wakeups, 1),
             Event::PubsubConnected => (&self.pubsub_connects, 1),
+            Event::TurnDeferred => (&self.turns_deferred, 1),
         };
         counter.fetch_add(n, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
@@ -98,6 +104,7 @@ impl Counters {
             handovers: get(&self.handovers),
             wakeups: get(&self.wakeups),
             pubsub_connects: get(&self.pubsub_connects),
+            turns_deferred: get(&self.turns_deferred),
         }
     }
 }
@@ -123,6 +130,7 @@ fn record(event: Event, n: u64) {
         }
         Event::Woken => "rlock_wakeups_total",
         Event::PubsubConnected => "rlock_pubsub_connects_total",
+        Event::TurnDeferred => "rlock_turns_deferred_total",
     };
     metrics::counter!(name).increment(n);
 }

@@ -198,7 +198,10 @@ async fn a_zero_limit_publishes_every_release() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(s.calls("publish"), published + 1);
+    // The unlock message (with turns, also the turn's and its use's on the turns
+    // channel); nothing handed over.
+    assert!(s.calls("publish") > published);
+    assert_eq!(c.stats().handovers, 0);
     second.unlock().await.unwrap();
 }
 

@@ -90,8 +90,7 @@ pub(super) async fn actor(
             let channels = shared.channels.lock();
             for (name, entry) in channels.iter() {
                 if subscribed.contains(name) {
-                    entry.ready.store(true, Ordering::SeqCst);
-                    entry.ready_changed.notify_waiters();
+                    entry.confirmed(name);
                 }
                 // Anything may have been released while we were not listening.
                 entry.wake_all();
@@ -102,7 +101,15 @@ pub(super) async fn actor(
 
         // Serve until the connection breaks.
         let broken = loop {
+            let next = weak.upgrade().and_then(|s| s.next_timer());
             tokio::select! {
+                _ = until(next) => {
+                    let Some(shared) = weak.upgrade() else { return };
+                    let batch: Vec<Command> = shared.fire().into_iter().map(Command::Unsubscribe).collect();
+                    if let Err(e) = reconcile(&shared, &mut sink, &mut subscribed, batch, response_timeout).await {
+                        break e;
+                    }
+                }
                 cmd = rx.recv() => {
                     let Some(cmd) = cmd else { return };
                     let batch = with_queued(cmd, &mut rx);
@@ -137,6 +144,14 @@ pub(super) fn with_queued(
         batch.push(more);
     }
     batch
+}
+
+/// Completes at `at`; never without it.
+pub(super) async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Completes when the watched master changes; never without a watch.
@@ -182,6 +197,7 @@ async fn reconcile(
                         to_unsub.push(ch);
                     }
                 }
+                Command::Recheck => {}
             }
         }
     }
@@ -200,8 +216,7 @@ async fn reconcile(
     let channels = shared.channels.lock();
     for (ch, id) in confirm {
         if let Some(entry) = channels.get(&ch).filter(|e| e.id == id) {
-            entry.ready.store(true, Ordering::SeqCst);
-            entry.ready_changed.notify_waiters();
+            entry.confirmed(&ch);
         }
     }
     Ok(())

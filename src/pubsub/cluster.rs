@@ -33,7 +33,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
-use super::actor::{sleep_draining, with_queued};
+use super::actor::{sleep_draining, until, with_queued};
 use super::{Command, HubShared, Mode};
 use crate::slot::key_slot;
 
@@ -75,7 +75,13 @@ pub(super) async fn actor(
     }
     let mut retry_timer = Box::pin(tokio::time::sleep(Duration::from_secs(3600)));
     loop {
+        let next = weak.upgrade().and_then(|s| s.next_timer());
         tokio::select! {
+            _ = until(next) => {
+                let Some(shared) = weak.upgrade() else { return };
+                let batch = shared.fire().into_iter().map(Command::Unsubscribe).collect();
+                hub.apply(&shared, batch).await;
+            }
             cmd = rx.recv() => {
                 let Some(cmd) = cmd else { return };
                 let batch = with_queued(cmd, &mut rx);
@@ -182,6 +188,7 @@ impl ClusterHub {
                             to_unsub.push(ch);
                         }
                     }
+                    Command::Recheck => {}
                 }
             }
         }
@@ -208,8 +215,7 @@ impl ClusterHub {
                 }
             }
             if let Some(entry) = shared.channels.lock().get(&ch).filter(|e| e.id == id) {
-                entry.ready.store(true, Ordering::SeqCst);
-                entry.ready_changed.notify_waiters();
+                entry.confirmed(&ch);
             }
         }
     }
@@ -286,8 +292,7 @@ impl ClusterHub {
             match self.subscribe(&ch).await {
                 Ok(()) => {
                     self.subscribed.insert(ch.clone());
-                    entry.ready.store(true, Ordering::SeqCst);
-                    entry.ready_changed.notify_waiters();
+                    entry.confirmed(&ch);
                     // An unlock may have gone out while nobody listened.
                     entry.wake_all();
                 }

@@ -9,6 +9,8 @@ pub(super) enum AcquireReply {
     Granted { token: i64, latched: bool },
     /// `{0, pttl}`.
     Busy(i64),
+    /// `{0, pttl, 1}`: free, but another client's turn, which ends in `pttl` ms.
+    TurnBusy(i64),
 }
 
 impl FromRedisValue for AcquireReply {
@@ -30,6 +32,7 @@ impl FromRedisValue for AcquireReply {
                 token: n,
                 latched: latched == Some(1),
             }),
+            0 if latched == Some(1) => Ok(AcquireReply::TurnBusy(n)),
             0 => Ok(AcquireReply::Busy(n)),
             _ => Err(ParsingError::from(format!(
                 "acquire script answered {kind}"

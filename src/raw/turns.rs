@@ -18,6 +18,13 @@ pub fn turn_key(name: &str) -> String {
     prefixed("redisson_lock_turn", name)
 }
 
+/// This crate's channel on which a published release names the client whose turn it
+/// is, just before the unlock message, and a grant that used a turn says `taken`:
+/// `redisson_lock_turns:{<name>}`. Ours; Redisson never subscribes to it.
+pub fn turns_channel(name: &str) -> String {
+    prefixed("redisson_lock_turns", name)
+}
+
 /// Takes this client (`client_id`) out of the line for the lock `name`: its last waiter
 /// stopped waiting without the lock.
 pub(crate) async fn leave_line(conn: &Conn, name: &str, client_id: &str) -> Result<()> {

@@ -1,0 +1,140 @@
+//! What the hub does later, on its actor's clock: wake the waiters of a channel whose
+//! turn (`docs/protocol.md` 2.6) went to another client that never took the lock, and
+//! unsubscribe a lock channel that stayed without waiters for [`LINGER`].
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{ChannelEntry, HubShared};
+
+/// How long a lock channel stays subscribed after its last waiter left. A client whose
+/// tasks take a contended lock one after another would otherwise unsubscribe each time
+/// its only waiter wins, and subscribe again (a round trip before its next wait) at once.
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
+
+pub(super) enum Timer {
+    /// The turn announced as `gen` ran out: unless the channel heard of its use since,
+    /// the lock may be free with nobody told.
+    Lapse(Weak<ChannelEntry>, u64),
+    /// The channel lost its last waiter at the time set; unsubscribe if it still has none.
+    Linger(Arc<str>),
+}
+
+/// Whose turn a channel's last turn message named, and whether the unlock message right
+/// behind it is to be let pass without waking anyone here.
+#[derive(Default)]
+pub(super) struct TurnState {
+    /// Until when the next unlock message belongs to another client's turn. Set by a
+    /// turn message, which the unlock message follows at once on the same connection;
+    /// bounded so that a turn message whose unlock message never came (refused by ACL)
+    /// cannot hold back a later one.
+    suppress_until: Option<Instant>,
+    /// Counts turn messages and grants: a lapse timer whose count moved on is void.
+    gen: u64,
+    /// Another client's turn was announced, and neither its use nor its end was seen:
+    /// a lapse timer will wake the waiters if it runs out unused.
+    lapse_pending: bool,
+}
+
+impl HubShared {
+    /// A message on a lock's turns channel: a client's id (its turn has begun) or
+    /// `taken` (the client whose turn it was took the lock).
+    pub(super) fn on_turn(&self, entry: &Arc<ChannelEntry>, payload: &[u8]) {
+        let mut t = entry.turn.lock();
+        t.gen += 1;
+        if payload == self.me.as_bytes() || payload == b"taken" {
+            t.suppress_until = None;
+            t.lapse_pending = false;
+            return;
+        }
+        let now = Instant::now();
+        t.suppress_until = Some(now + self.turn_window);
+        t.lapse_pending = true;
+        let gen = t.gen;
+        drop(t);
+        // A little past the turn's end in Redis, which began before the message left.
+        let lapse = now + self.turn_window + Duration::from_millis(1);
+        self.timers
+            .lock()
+            .push((lapse, Timer::Lapse(Arc::downgrade(entry), gen)));
+    }
+
+    /// An unlock message on a lock's channel: whether it follows another client's turn
+    /// message (and so wakes nobody here).
+    pub(super) fn for_another_turn(&self, entry: &ChannelEntry) -> bool {
+        let mut t = entry.turn.lock();
+        match t.suppress_until.take() {
+            Some(until) => Instant::now() < until,
+            None => false,
+        }
+    }
+
+    /// Whether `channel`'s hub heard another client's turn announced and will wake its
+    /// waiters if that turn runs out unused.
+    pub(super) fn turn_covered(&self, channel: &str) -> bool {
+        let entry = self.channels.lock().get(channel).cloned();
+        entry.is_some_and(|e| e.turn.lock().lapse_pending)
+    }
+
+    /// When the actor should next call [`fire`](Self::fire).
+    pub(super) fn next_timer(&self) -> Option<Instant> {
+        self.timers.lock().iter().map(|(at, _)| *at).min()
+    }
+
+    /// Runs the timers that are due; returns the channels to unsubscribe.
+    pub(super) fn fire(&self) -> Vec<Arc<str>> {
+        let now = Instant::now();
+        let due: Vec<Timer> = {
+            let mut timers = self.timers.lock();
+            let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *timers)
+                .into_iter()
+                .partition(|(at, _)| *at <= now);
+            *timers = rest;
+            due.into_iter().map(|(_, t)| t).collect()
+        };
+        let mut unsubscribe = Vec::new();
+        for timer in due {
+            match timer {
+                Timer::Lapse(entry, gen) => {
+                    if let Some(entry) = entry.upgrade() {
+                        let mut t = entry.turn.lock();
+                        if t.gen == gen {
+                            t.lapse_pending = false;
+                            drop(t);
+                            entry.wake_each_name();
+                        }
+                    }
+                }
+                Timer::Linger(channel) => {
+                    let mut channels = self.channels.lock();
+                    let Some(entry) = channels.get(&channel).cloned() else {
+                        continue;
+                    };
+                    let idle = *entry.idle_since.lock();
+                    match idle {
+                        Some(since) if entry.waiters() == 0 && now >= since + LINGER => {
+                            channels.remove(&channel);
+                            unsubscribe.push(channel);
+                            if let Some(turns) = &entry.turns {
+                                channels.remove(turns);
+                                unsubscribe.push(turns.clone());
+                            }
+                        }
+                        // Used and left again since: it lingers from the last leave.
+                        Some(since) if entry.waiters() == 0 => {
+                            self.timers
+                                .lock()
+                                .push((since + LINGER, Timer::Linger(channel)));
+                        }
+                        // In use: its last waiter to leave sets a timer again.
+                        _ => entry.linger_pending.store(false, Ordering::SeqCst),
+                    }
+                }
+            }
+        }
+        unsubscribe
+    }
+}
