@@ -729,3 +729,38 @@ async fn a_writer_that_also_reads_re_enters_its_write_lock() {
     r.unlock().await.unwrap();
     assert_eq!(s.cmd::<i64>(&["EXISTS", "rw:rewrite"]), 0);
 }
+
+/// A read hold its client found lost (force-unlocked by someone) no longer makes the
+/// same task's write lock an upgrade: the write lock is taken, not refused, while the
+/// lost read guard still exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_read_hold_does_not_refuse_the_write_lock() {
+    let s = RedisServer::start();
+    let c = client_wd(&s, Duration::from_millis(600)).await;
+    let other = client(&s).await;
+    let rw = c.read_write_lock("lost-read");
+    let r = rw.read().lock().await.unwrap();
+    assert!(matches!(
+        rw.write().try_lock().await,
+        Err(Error::UpgradeRefused { .. })
+    ));
+    assert!(other
+        .read_write_lock("lost-read")
+        .read()
+        .force_unlock()
+        .await
+        .unwrap());
+    tokio::time::timeout(Duration::from_secs(3), r.lost())
+        .await
+        .expect("the watchdog finds the read hold gone");
+    let w = rw
+        .write()
+        .try_lock()
+        .await
+        .expect("not refused as an upgrade")
+        .expect("free");
+    assert!(matches!(r.unlock().await, Err(Error::LeaseLost { .. })));
+    assert_eq!(s.cmd::<String>(&["HGET", "lost-read", "mode"]), "write");
+    w.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "lost-read"]), 0);
+}
