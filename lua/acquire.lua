@@ -18,6 +18,8 @@
 --          client is known in them by its id, the first 36 characters of ARGV[2]
 -- ARGV[8]  '1' when the caller waits if the lock is busy: the client then joins KEYS[4]
 -- ARGV[9]  'publish', or 'spublish' on a cluster with sharded pub/sub
+-- ARGV[10] '1' when the client may be in KEYS[4] (it has waiters that joined it): a
+--          first grant then takes it out
 -- Returns {1, token, latched} when the caller now holds the lock; for a fenced lock the
 -- token is larger than every token issued before for this name, for a plain one it is 0.
 -- latched is 1 when the latch was written (the client deletes it once the request has
@@ -61,10 +63,11 @@ local function wait_in_line()
     redis.call('pexpire', KEYS[4], 2 * tonumber(ARGV[1]))
 end
 local fresh = redis.call('exists', KEYS[1]) == 0
+local turn = false
 if fresh and turns then
     -- A release gave the next turn to the client first in line: the others wait for it
     -- to take the lock, at most until the turn runs out.
-    local turn = redis.call('get', KEYS[5])
+    turn = redis.call('get', KEYS[5])
     if turn and turn ~= me then
         if waits then
             wait_in_line()
@@ -89,12 +92,13 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if fresh or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    if fresh and turns then
-        -- This client's turn (if it was) is used, and it is no longer in line.
-        if redis.call('del', KEYS[5]) == 1 then
-            -- Only a hint to other clients of this crate: a refusal changes nothing here.
-            redis.pcall(ARGV[9], KEYS[6], 'taken')
-        end
+    if turn then
+        -- This client's turn is used (the release took it out of the line).
+        redis.call('del', KEYS[5])
+        -- Only a hint to other clients of this crate: a refusal changes nothing here.
+        redis.pcall(ARGV[9], KEYS[6], 'taken')
+    elseif fresh and turns and ARGV[10] == '1' then
+        -- Granted without a turn: no longer in line.
         redis.call('lrem', KEYS[4], 1, me)
     end
     -- A first grant to a client that held nothing is recognised on retry by its field;

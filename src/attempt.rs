@@ -91,6 +91,7 @@ impl Target {
                     kind: hold.kind,
                     turn_window: inner.config.turn_window,
                     waits,
+                    in_line: !inner.config.turn_window.is_zero() && inner.table.in_line(&hold.name),
                 };
                 let sync_retries = match inner.conn.sync() {
                     ReplicaSync::Wait {

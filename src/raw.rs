@@ -59,8 +59,8 @@ pub(crate) use rw::{
     clear_writer_mark, force_release_rw, renew_read, RW_CHANNEL_PREFIX, WRITER_MARK,
 };
 pub use rw::{rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
-pub(crate) use turns::leave_line;
 pub use turns::{clients_key, turn_key, turns_channel};
+pub(crate) use turns::{is_turns_channel, leave_line};
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
 /// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster
@@ -172,6 +172,8 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) turn_window: Duration,
     /// The caller waits if the lock is busy: the client joins the line.
     pub(crate) waits: bool,
+    /// The client has waiters in the line (see `lua/acquire.lua`).
+    pub(crate) in_line: bool,
 }
 
 fn flag(b: bool) -> &'static str {
@@ -200,7 +202,8 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
             .arg(flag(call.fenced))
             .arg(ms(call.turn_window))
             .arg(flag(call.waits))
-            .arg(conn.publish_command()),
+            .arg(conn.publish_command())
+            .arg(flag(call.in_line)),
         Kind::Read | Kind::Write => rw::acquire_call(call),
         Kind::Fair => fair::acquire_call(call),
     };

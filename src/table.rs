@@ -206,6 +206,11 @@ impl Table {
     }
 
     /// One more waiting acquisition of `name` that may put this client in line.
+    /// Whether waiters of this client joined the line of `name` (and have not all left).
+    pub(crate) fn in_line(&self, name: &str) -> bool {
+        self.names.lock().get(name).is_some_and(|e| e.in_line > 0)
+    }
+
     pub(crate) fn join_line(&self, name: &Arc<str>) {
         self.with(name, |e| e.in_line += 1);
     }

@@ -1013,3 +1013,74 @@ async fn a_lock_taken_while_a_dropped_guards_release_retries_is_kept() {
     again.unlock().await.unwrap();
     assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-inflight"]), 0);
 }
+
+/// The commands an uncontended lock+unlock pair makes Redis run inside the two scripts,
+/// counted by the server: `EXISTS GET HINCRBY PEXPIRE` and `HGET LINDEX PUBLISH DEL`
+/// with turns on (the default); Redisson's pair runs 7. No turn bookkeeping is written
+/// when nobody waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_pair_runs_eight_commands_in_redis() {
+    let s = RedisServer::start();
+    let c = client(&s).await;
+    let lock = c.lock("pair-cost");
+    // The first pair loads the scripts.
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    let data = [
+        "exists", "get", "set", "del", "hincrby", "hget", "hexists", "hset", "hdel", "pexpire",
+        "pttl", "publish", "lindex", "lpos", "rpush", "lpop", "lrem", "incr",
+    ];
+    let count = |s: &RedisServer| data.iter().map(|c| s.calls(c)).sum::<u64>();
+    let before = count(&s);
+    let pairs = 200;
+    for _ in 0..pairs {
+        lock.lock().await.unwrap().unlock().await.unwrap();
+    }
+    let per_pair = (count(&s) - before) as f64 / pairs as f64;
+    println!("FIGURE commands_per_uncontended_pair {per_pair:.2}");
+    assert_eq!(per_pair, 8.0);
+}
+
+/// An ACL that grants the lock channels but not this crate's turns channels (written
+/// before they existed) costs the turn hints, not the wake-ups: a waiter of another
+/// client hears the unlock at once, not when the 30 s lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_without_the_turns_channels_still_wakes_waiters() {
+    let s = RedisServer::start();
+    let _: () = s.cmd(&[
+        "ACL",
+        "SETUSER",
+        "oldacl",
+        "on",
+        ">pw",
+        "~*",
+        "resetchannels",
+        "&redisson_lock__channel:*",
+        "+@all",
+    ]);
+    let url = format!("redis://oldacl:pw@127.0.0.1:{}", s.port);
+    let (a, b) = (
+        Client::connect(&url).await.unwrap(),
+        Client::connect(&url).await.unwrap(),
+    );
+    for round in 0..3 {
+        let held = a.lock("app:acl-turns").lock().await.unwrap();
+        let waiter = tokio::spawn({
+            let l = b.lock("app:acl-turns");
+            async move {
+                let g = l.lock().await.unwrap();
+                g.unlock().await.unwrap();
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        held.unlock().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(3), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the waiter slept through the unlock"))
+            .unwrap();
+        println!(
+            "FIGURE acl_without_turns_wake round {round}: {:?}",
+            released.elapsed()
+        );
+    }
+}

@@ -70,8 +70,7 @@ pub(super) async fn actor(
         let resubscribed = if wanted.is_empty() {
             Ok(())
         } else {
-            let names: Vec<&str> = wanted.iter().map(|c| &**c).collect();
-            timed(response_timeout, sink.subscribe(names)).await
+            subscribe(&mut sink, &wanted, response_timeout).await
         };
         if let Err(e) = resubscribed {
             tracing::warn!(error = %e, "pub/sub resubscribe failed");
@@ -209,14 +208,36 @@ async fn reconcile(
         }
     }
     if !to_sub.is_empty() {
-        let names: Vec<&str> = to_sub.iter().map(|c| &**c).collect();
-        timed(response_timeout, sink.subscribe(names)).await?;
+        subscribe(sink, &to_sub, response_timeout).await?;
         subscribed.extend(to_sub);
     }
     let channels = shared.channels.lock();
     for (ch, id) in confirm {
         if let Some(entry) = channels.get(&ch).filter(|e| e.id == id) {
             entry.confirmed(&ch);
+        }
+    }
+    Ok(())
+}
+
+/// Subscribes `channels`. Turns channels go in a call of their own, after the rest, and
+/// a refusal there is only logged: an ACL that grants the lock channels alone then
+/// costs the turn hints (every waiter wakes at each release), not the wake-ups.
+async fn subscribe(
+    sink: &mut redis::aio::PubSubSink,
+    channels: &[Arc<str>],
+    response_timeout: Duration,
+) -> Result<(), String> {
+    let (turns, locks): (Vec<&str>, Vec<&str>) = channels
+        .iter()
+        .map(|c| &**c)
+        .partition(|c| crate::raw::is_turns_channel(c));
+    if !locks.is_empty() {
+        timed(response_timeout, sink.subscribe(locks)).await?;
+    }
+    if !turns.is_empty() {
+        if let Err(e) = timed(response_timeout, sink.subscribe(turns)).await {
+            tracing::debug!(error = %e, "turns channels not subscribed; every waiter wakes at each release");
         }
     }
     Ok(())

@@ -25,6 +25,11 @@ pub fn turns_channel(name: &str) -> String {
     prefixed("redisson_lock_turns", name)
 }
 
+/// Whether `channel` is a turns channel (see [`turns_channel`]).
+pub(crate) fn is_turns_channel(channel: &str) -> bool {
+    channel.starts_with("redisson_lock_turns:")
+}
+
 /// Takes this client (`client_id`) out of the line for the lock `name`: its last waiter
 /// stopped waiting without the lock.
 pub(crate) async fn leave_line(conn: &Conn, name: &str, client_id: &str) -> Result<()> {
