@@ -13,7 +13,7 @@ use super::{ChannelEntry, HubShared};
 /// How long a lock channel stays subscribed after its last waiter left. A client whose
 /// tasks take a contended lock one after another would otherwise unsubscribe each time
 /// its only waiter wins, and subscribe again (a round trip before its next wait) at once.
-pub(crate) const LINGER: Duration = Duration::from_secs(1);
+pub(crate) const LINGER: Duration = Duration::from_millis(200);
 
 pub(super) enum Timer {
     /// The turn announced as `gen` ran out: unless the channel heard of its use since,
