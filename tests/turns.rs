@@ -258,3 +258,50 @@ async fn contended_clients_cost_few_script_calls_per_acquisition() {
         assert!(per <= 4.0, "{per:.2} script calls per acquisition");
     }
 }
+
+/// A client already waiting when the lock's release gives the turn to a client that is
+/// gone (it died in line): its waiter let the unlock message pass, as the turn was
+/// another's, and is woken when that turn ends unused, not when the holder's 30 s lease
+/// would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_let_a_dead_clients_turn_pass_is_woken_when_it_ends() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(200);
+    let (a, c) = (client(&s, window).await, client(&s, window).await);
+    for round in 0..3 {
+        let held = a.lock("tn:lapse").lock().await.unwrap();
+        let waiter = tokio::spawn({
+            let l = c.lock("tn:lapse");
+            async move {
+                let g = l.lock().await.unwrap();
+                let at = Instant::now();
+                g.unlock().await.unwrap();
+                at
+            }
+        });
+        // c is in line; a dead client is put ahead of it.
+        assert!(
+            common::eventually(Duration::from_secs(2), || line(&s, "tn:lapse") == [c.id()]).await
+        );
+        let key = redis_rlock::protocol::clients_key("tn:lapse");
+        let _: () = s.cmd(&["LPUSH", &key, "00000000-0000-4000-8000-00000000dead"]);
+        let deferred = c.stats().turns_deferred;
+        let released = Instant::now();
+        held.unlock().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the waiter slept through the lapse"))
+            .unwrap();
+        let took = got - released;
+        println!("FIGURE turn_lapse_wake round {round}: {took:?} (window {window:?})");
+        assert_eq!(
+            c.stats().turns_deferred,
+            deferred + 1,
+            "the unlock message was let pass"
+        );
+        assert!(
+            took >= window / 2 && took < window + Duration::from_secs(1),
+            "round {round}: woken after {took:?}"
+        );
+    }
+}
