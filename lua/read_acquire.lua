@@ -5,14 +5,24 @@
 --          the key <prefix>:<n>, value 1, expiring with that hold's lease)
 -- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
 -- KEYS[4]  a writer of this crate waits: redisson_rwlock_writer:{<name>} (this crate's)
+-- KEYS[5]  a reader of this crate waits: redisson_rwlock_reader:{<name>} (this crate's)
+-- KEYS[6]  the readers' turn after a writer: redisson_rwlock_readturn:{<name>} (ours)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>" (its write field is that plus ':write')
 -- ARGV[3]  how long the latch is kept, in ms
 -- ARGV[4]  '1' when the client knows of no read hold of this field, '0' otherwise
 -- ARGV[5]  '1' when this request was sent before and its reply was lost, '0' the first time
+-- ARGV[6]  '1' when the caller waits if it is refused: it sets KEYS[5] for ARGV[7] ms
+-- ARGV[7]  how long the reader's mark lasts, in ms (the waiter asks again within half)
 -- Returns {1, 0, latched} when the caller now holds one more read hold; {0, pttl} when a
 -- writer other than the caller holds the lock, or when a writer waits (KEYS[4]) and the
--- caller holds no read hold yet: then the PTTL is the mark's.
+-- caller holds no read hold yet (unless it is the readers' turn, KEYS[6]): then the
+-- PTTL is the mark's.
+local function waiting()
+    if KEYS[5] and ARGV[6] == '1' then
+        redis.call('set', KEYS[5], 1, 'px', ARGV[7])
+    end
+end
 if ARGV[5] == '1' then
     local granted = redis.call('get', KEYS[3])
     local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
@@ -32,10 +42,14 @@ end
 local mode = redis.call('hget', KEYS[1], 'mode')
 -- New readers let a waiting writer go first, or readers that keep overlapping would keep
 -- it out for good. A reader re-entering (or a writer downgrading) is not held back: the
--- writer waits for it anyway.
-if KEYS[4] and mode ~= 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+-- writer waits for it anyway. Right after a writer that found readers waiting, it is
+-- their turn (KEYS[6]), and they go first: writers that keep coming cannot keep them
+-- out for good either.
+if KEYS[4] and mode ~= 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 0
+    and not (KEYS[6] and redis.call('exists', KEYS[6]) == 1) then
     local mark = redis.call('pttl', KEYS[4])
     if mark > 0 then
+        waiting()
         return {0, mark}
     end
 end
@@ -59,4 +73,5 @@ if mode == false or mode == 'read'
     redis.call('set', KEYS[3], 0, 'px', ARGV[3])
     return {1, 0, 1}
 end
+waiting()
 return {0, redis.call('pttl', KEYS[1])}

@@ -3,6 +3,7 @@
 -- KEYS[1]  lock hash (the lock's name): field 'mode' = 'read' | 'write', one field per holder
 -- KEYS[2]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
 -- KEYS[3]  a writer of this crate waits: redisson_rwlock_writer:{<name>} (this crate's)
+-- KEYS[4]  the readers' turn after a writer: redisson_rwlock_readturn:{<name>} (ours)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  write holder field: "<client uuid>:<owner id>:write"
 -- ARGV[3]  how long the latch is kept, in ms
@@ -12,7 +13,8 @@
 --          which holds back new readers of this crate until it is in
 -- ARGV[7]  how long the mark lasts, in ms (the waiter asks again within half of it)
 -- Returns {1, 0, latched} when the caller now holds one more write hold; {0, pttl} when
--- anyone else holds the lock, readers included (the caller's own read holds too: an
+-- it is the readers' turn (the PTTL is the turn's), or when anyone else holds the lock,
+-- readers included (the caller's own read holds too: an
 -- upgrade is refused by the client before it gets here).
 if ARGV[5] == '1' then
     local granted = redis.call('get', KEYS[2])
@@ -27,6 +29,15 @@ if ARGV[5] == '1' then
     end
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false and KEYS[4] then
+    local turn = redis.call('pttl', KEYS[4])
+    if turn > 0 then
+        if KEYS[3] and ARGV[6] == '1' then
+            redis.call('set', KEYS[3], 1, 'px', ARGV[7])
+        end
+        return {0, turn}
+    end
+end
 if mode == false then
     if KEYS[3] then
         redis.call('del', KEYS[3])

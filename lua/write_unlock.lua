@@ -2,6 +2,8 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  channel: redisson_rwlock:{<name>}
 -- KEYS[3]  unlock latch: redisson_unlock_latch:{<name>}:<request id>
+-- KEYS[4]  a reader of this crate waits: redisson_rwlock_reader:{<name>} (this crate's)
+-- KEYS[5]  the readers' turn after a writer: redisson_rwlock_readturn:{<name>} (ours)
 -- ARGV[1]  message ("1": every waiter may go, readers share)
 -- ARGV[2]  lease to set when write holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[3]  write holder field: "<client uuid>:<owner id>:write"
@@ -9,6 +11,7 @@
 -- ARGV[5]  'publish', or 'spublish' on a cluster with sharded pub/sub
 -- ARGV[6]  how many holds to release (the client's local re-entries count as one)
 -- ARGV[7]  '1' when this request was sent before and its reply was lost, '0' the first time
+-- ARGV[8]  how long the readers' turn lasts at most, in ms
 -- Returns nil when the caller holds no write hold, 0 when write holds remain (latched
 -- '0'), 1 when the last one went (not latched: a retry finds the field gone). The
 -- message is published whenever the last write hold goes: readers may enter then, also
@@ -43,6 +46,10 @@ end
 redis.call('hdel', KEYS[1], ARGV[3])
 if redis.call('hlen', KEYS[1]) == 1 then
     redis.call('del', KEYS[1])
+    -- Readers of this crate wait: theirs is the next turn, not another writer's.
+    if KEYS[5] and redis.call('del', KEYS[4]) == 1 then
+        redis.call('set', KEYS[5], 1, 'px', ARGV[8])
+    end
 else
     -- The writer's own read holds remain (a downgrade).
     redis.call('hset', KEYS[1], 'mode', 'read')

@@ -58,7 +58,7 @@ pub use fair::{queue_key, timeout_key};
 pub(crate) use rw::{
     clear_writer_mark, force_release_rw, renew_read, RW_CHANNEL_PREFIX, WRITER_MARK,
 };
-pub use rw::{rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
+pub use rw::{read_turn_key, reader_key, rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
 pub use turns::{clients_key, turn_key, turns_channel};
 pub(crate) use turns::{is_turns_channel, leave_line};
 

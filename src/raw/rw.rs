@@ -59,17 +59,22 @@ pub(super) fn acquire_call(call: &AcquireCall<'_>) -> ScriptCall {
             .key(timeout_prefix(call.name, call.field))
             .key(call.latch)
             .key(writer_key(call.name))
+            .key(reader_key(call.name))
+            .key(read_turn_key(call.name))
             .arg(ms(call.lease))
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))
             .arg(flag(call.fresh))
             .arg(flag(call.retry))
+            .arg(flag(call.waits))
+            .arg(ms(WRITER_MARK))
     } else {
         WRITE_ACQUIRE
             .call()
             .key(call.name)
             .key(call.latch)
             .key(writer_key(call.name))
+            .key(read_turn_key(call.name))
             .arg(ms(call.lease))
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))
@@ -79,6 +84,23 @@ pub(super) fn acquire_call(call: &AcquireCall<'_>) -> ScriptCall {
             .arg(ms(WRITER_MARK))
     }
 }
+
+/// Set while a reader of this crate waits: `redisson_rwlock_reader:{<name>}` (this
+/// crate's own key). A writer's last unlock that finds it starts the readers' turn.
+pub fn reader_key(name: &str) -> String {
+    prefixed("redisson_rwlock_reader", name)
+}
+
+/// The readers' turn after a writer: `redisson_rwlock_readturn:{<name>}` (this crate's
+/// own key). While it lasts, new readers of this crate pass a waiting writer's mark and
+/// new writers wait; the last reader's unlock ends it.
+pub fn read_turn_key(name: &str) -> String {
+    prefixed("redisson_rwlock_readturn", name)
+}
+
+/// How long a readers' turn lasts at most: readers that keep coming may hold a waiting
+/// writer back this long.
+pub(crate) const READ_TURN: Duration = Duration::from_millis(50);
 
 /// Clears a waiting writer's mark: the writer stopped waiting without the lock.
 pub(crate) async fn clear_writer_mark(conn: &Conn, name: &str) -> Result<()> {
@@ -100,6 +122,7 @@ pub(super) fn release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
             .key(call.latch)
             .key(timeout_prefix(call.name, call.field))
             .key(key_prefix(call.name))
+            .key(read_turn_key(call.name))
             .arg(super::UNLOCK_MESSAGE)
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))
@@ -112,6 +135,8 @@ pub(super) fn release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
             .key(call.name)
             .key(call.channel)
             .key(call.latch)
+            .key(reader_key(call.name))
+            .key(read_turn_key(call.name))
             .arg(READ_UNLOCK_MESSAGE)
             .arg(call.keep.map(ms).unwrap_or(0))
             .arg(call.field)
@@ -119,6 +144,7 @@ pub(super) fn release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
             .arg(conn.publish_command())
             .arg(call.holds)
             .arg(flag(call.retry))
+            .arg(ms(READ_TURN))
     }
 }
 
