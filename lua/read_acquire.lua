@@ -59,6 +59,10 @@ if mode == false or mode == 'read'
     if mode == false then
         redis.call('hset', KEYS[1], 'mode', 'read')
     end
+    -- Readers are in: a reader still refused sets the mark again.
+    if KEYS[5] then
+        redis.call('del', KEYS[5])
+    end
     local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
     -- Never shortens the hash's TTL: other holders may have longer leases.

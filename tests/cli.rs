@@ -136,3 +136,94 @@ fn bad_arguments_and_an_unreachable_server_have_their_own_codes() {
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach"));
 }
+
+/// Runs `rlock` with `args` off the runtime's threads.
+async fn rlock_async(s: &RedisServer, args: &[&str]) -> Output {
+    let (url, args): (String, Vec<String>) =
+        (s.url(), args.iter().map(|a| a.to_string()).collect());
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_rlock"))
+            .arg("--url")
+            .arg(url)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// A read-write lock and a fair lock are told apart by their keys: `inspect` names the
+/// kind and its channel, and `force-unlock` wakes their waiters at once (a read-write
+/// lock's on `redisson_rwlock:{NAME}`, a fair lock's first waiter on its own channel),
+/// leaving no timeout or queue key behind. A semaphore's key is refused with code 4
+/// and left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_knows_read_write_and_fair_locks_and_leaves_other_keys_alone() {
+    let s = RedisServer::start();
+    let holder = Client::connect(s.url()).await.unwrap();
+    let waiter = Client::connect(s.url()).await.unwrap();
+
+    let w = holder
+        .read_write_lock("cli:rw")
+        .write()
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let rw = waiter.read_write_lock("cli:rw");
+    let reading = tokio::spawn(async move {
+        let g = rw.read().lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shown = text(&rlock_async(&s, &["inspect", "cli:rw"]).await);
+    assert!(shown.contains("read-write lock"), "{shown}");
+    assert!(shown.contains("redisson_rwlock:{cli:rw}"), "{shown}");
+    let forced = Instant::now();
+    let out = rlock_async(&s, &["force-unlock", "cli:rw"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let got = tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .expect("the reader slept on after the force unlock")
+        .unwrap();
+    assert!(got.duration_since(forced) < Duration::from_secs(3));
+    drop(w);
+
+    let f = holder
+        .fair_lock("cli:fair")
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let fair = waiter.fair_lock("cli:fair");
+    let queued = tokio::spawn(async move {
+        let g = fair.lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shown = text(&rlock_async(&s, &["inspect", "cli:fair"]).await);
+    assert!(shown.contains("fair lock"), "{shown}");
+    assert!(shown.contains("queue"), "{shown}");
+    let forced = Instant::now();
+    let out = rlock_async(&s, &["force-unlock", "cli:fair"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let got = tokio::time::timeout(Duration::from_secs(10), queued)
+        .await
+        .expect("the fair waiter slept on after the force unlock")
+        .unwrap();
+    assert!(got.duration_since(forced) < Duration::from_secs(3));
+    drop(f);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let left: Vec<String> = s.cmd(&["KEYS", "*cli:*"]);
+    assert!(left.is_empty(), "left behind: {left:?}");
+
+    let _: () = s.cmd(&["SET", "cli:sem", "3"]);
+    let out = rlock_async(&s, &["inspect", "cli:sem"]).await;
+    assert_eq!(out.status.code(), Some(4));
+    let out = rlock_async(&s, &["force-unlock", "cli:sem"]).await;
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(s.cmd::<String>(&["GET", "cli:sem"]), "3");
+}

@@ -9,7 +9,13 @@
 //! ```
 //!
 //! Exit codes: 0 done, 1 the lock was not there (`force-unlock`, `inspect`), 2 bad
-//! arguments, 3 Redis could not be reached or refused a command.
+//! arguments, 3 Redis could not be reached or refused a command, 4 the key holds
+//! something else than a lock (a semaphore or latch, say: nothing is changed).
+//!
+//! A lock's kind is told from its keys: a hash with a `mode` field is a read-write lock
+//! (its channel is `redisson_rwlock:{NAME}`), a name with a waiting queue
+//! (`redisson_lock_queue:{NAME}`) a fair lock, any other lock hash a plain one. Each is
+//! force-unlocked the way Redisson's `forceUnlock` of that kind does it.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -17,13 +23,18 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use redis::aio::MultiplexedConnection;
-use redis_rlock::protocol::{channel_name, token_key};
+use redis_rlock::protocol::{channel_name, queue_key, rw_channel_name, token_key};
+
+/// Exit code: the key holds something else than a lock.
+const NOT_A_LOCK: u8 = 4;
 
 #[derive(Parser)]
 #[command(
     name = "rlock",
     version,
-    about = "Inspect and repair Redisson-layout locks"
+    about = "Inspect and repair Redisson-layout locks",
+    after_help = "Exit codes: 0 done; 1 no such lock (inspect, force-unlock); 2 bad arguments; \
+3 Redis unreachable or refused a command; 4 the key is not a lock (nothing changed)."
 )]
 struct Cli {
     /// Redis URL (`redis://`, or `rediss://` with the `tls-rustls` feature). Default:
@@ -66,6 +77,10 @@ enum Command {
 #[derive(Default, PartialEq)]
 struct Snapshot {
     exists: bool,
+    /// The key's type (`none` when absent): a lock is a `hash`.
+    key_type: String,
+    /// The name has a fair lock's waiting queue.
+    fair_queue: bool,
     holders: BTreeMap<String, i64>,
     /// A read-write lock's `mode` field.
     mode: Option<String>,
@@ -99,7 +114,7 @@ async fn main() -> ExitCode {
             list(&mut conn, pattern.as_deref().unwrap_or("*"), cli.json).await
         }
         Command::Inspect { name } => inspect(&mut conn, name, cli.json).await,
-        Command::ForceUnlock { name } => force_unlock(&url, name, cli.json).await,
+        Command::ForceUnlock { name } => force_unlock(&mut conn, &url, name, cli.json).await,
         Command::Watch { name, seconds } => watch(&url, &mut conn, name, *seconds, cli.json).await,
     };
     match outcome {
@@ -174,20 +189,61 @@ fn is_holder_field(field: &str) -> bool {
         && rest.len() > 1
 }
 
+/// What kind of lock a snapshot shows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Plain,
+    Fair,
+    ReadWrite,
+}
+
+impl Kind {
+    fn of(s: &Snapshot) -> Kind {
+        if s.mode.is_some() {
+            Kind::ReadWrite
+        } else if s.fair_queue {
+            Kind::Fair
+        } else {
+            Kind::Plain
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Plain => "lock",
+            Kind::Fair => "fair lock",
+            Kind::ReadWrite => "read-write lock",
+        }
+    }
+
+    fn channel(self, name: &str) -> String {
+        match self {
+            Kind::ReadWrite => rw_channel_name(name),
+            Kind::Plain | Kind::Fair => channel_name(name),
+        }
+    }
+}
+
 async fn snapshot(conn: &mut MultiplexedConnection, name: &str) -> redis::RedisResult<Snapshot> {
-    let (kind, all, ttl): (String, BTreeMap<String, String>, i64) = redis::pipe()
+    let (kind, ttl, queue): (String, i64, i64) = redis::pipe()
         .cmd("TYPE")
         .arg(name)
-        .cmd("HGETALL")
-        .arg(name)
-        .ignore_errors()
         .cmd("PTTL")
         .arg(name)
+        .cmd("EXISTS")
+        .arg(queue_key(name))
         .query_async(conn)
-        .await
-        .or_else(|_| Ok::<_, redis::RedisError>((String::new(), BTreeMap::new(), -2)))?;
+        .await?;
+    // Only a hash is read as one: HGETALL of another type fails.
+    let all: BTreeMap<String, String> = if kind == "hash" {
+        redis::cmd("HGETALL").arg(name).query_async(conn).await?
+    } else {
+        BTreeMap::new()
+    };
     let mut s = Snapshot {
         exists: kind == "hash",
+        fair_queue: queue == 1,
+        key_type: kind,
         ttl_ms: ttl,
         ..Default::default()
     };
@@ -271,9 +327,32 @@ async fn list(conn: &mut MultiplexedConnection, pattern: &str, json: bool) -> Re
     Ok(0)
 }
 
+/// The message for a key that is there but no lock; `None` for a lock or no key.
+fn not_a_lock(name: &str, s: &Snapshot) -> Option<String> {
+    match s.key_type.as_str() {
+        "hash" | "none" | "" => None,
+        "string" => Some(format!(
+            "{name} is a string, not a lock (a semaphore's or latch's count, say); nothing done"
+        )),
+        other => Some(format!("{name} is a {other}, not a lock; nothing done")),
+    }
+}
+
 async fn inspect(conn: &mut MultiplexedConnection, name: &str, json: bool) -> Result<u8, String> {
     let s = snapshot(conn, name).await.map_err(|e| e.to_string())?;
-    let channel = channel_name(name);
+    if let Some(msg) = not_a_lock(name, &s) {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"name": name, "exists": true, "type": s.key_type, "lock": false})
+            );
+        } else {
+            eprintln!("rlock: {msg}");
+        }
+        return Ok(NOT_A_LOCK);
+    }
+    let kind = Kind::of(&s);
+    let channel = kind.channel(name);
     let (numsub, token, queue): (Vec<(String, i64)>, Option<i64>, Vec<String>) = redis::pipe()
         .cmd("PUBSUB")
         .arg("NUMSUB")
@@ -282,7 +361,7 @@ async fn inspect(conn: &mut MultiplexedConnection, name: &str, json: bool) -> Re
         .arg(token_key(name))
         .ignore_errors()
         .cmd("LRANGE")
-        .arg(format!("redisson_lock_queue:{{{name}}}"))
+        .arg(queue_key(name))
         .arg(0)
         .arg(-1)
         .query_async(conn)
@@ -292,6 +371,7 @@ async fn inspect(conn: &mut MultiplexedConnection, name: &str, json: bool) -> Re
     let waiters = numsub.first().map_or(0, |(_, n)| *n);
     if json {
         let mut v = snapshot_json(name, &s);
+        v["kind"] = kind.label().into();
         v["channel"] = channel.clone().into();
         v["subscribers"] = waiters.into();
         v["fencing_token"] = token.into();
@@ -299,6 +379,7 @@ async fn inspect(conn: &mut MultiplexedConnection, name: &str, json: bool) -> Re
         println!("{v}");
     } else {
         println!("lock      {name}");
+        println!("kind      {}", kind.label());
         if !s.exists {
             println!("state     not held");
         } else {
@@ -321,18 +402,32 @@ async fn inspect(conn: &mut MultiplexedConnection, name: &str, json: bool) -> Re
     Ok(if s.exists { 0 } else { 1 })
 }
 
-async fn force_unlock(url: &str, name: &str, json: bool) -> Result<u8, String> {
-    // The library's own force unlock: it deletes only a lock hash and publishes the
-    // unlock message in the same script, so waiters of any client wake at once.
+async fn force_unlock(
+    conn: &mut MultiplexedConnection,
+    url: &str,
+    name: &str,
+    json: bool,
+) -> Result<u8, String> {
+    let s = snapshot(conn, name).await.map_err(|e| e.to_string())?;
+    if let Some(msg) = not_a_lock(name, &s) {
+        eprintln!("rlock: {msg}");
+        return Ok(NOT_A_LOCK);
+    }
+    // The library's own force unlock of the lock's kind: it deletes only a lock hash and
+    // publishes that kind's message on that kind's channel in the same script, so
+    // waiters of any client wake at once (a fair lock's first waiter, on its own).
     let client = redis_rlock::Client::connect(url)
         .await
         .map_err(|e| e.to_string())?;
-    let deleted = client
-        .lock(name)
-        .force_unlock()
-        .await
-        .map_err(|e| e.to_string())?;
+    let lock = match (Kind::of(&s), s.mode.as_deref()) {
+        (Kind::ReadWrite, Some("write")) => client.read_write_lock(name).write(),
+        (Kind::ReadWrite, _) => client.read_write_lock(name).read(),
+        (Kind::Fair, _) => client.fair_lock(name),
+        (Kind::Plain, _) => client.lock(name),
+    };
+    let deleted = lock.force_unlock().await.map_err(|e| e.to_string());
     let _ = client.shutdown().await;
+    let deleted = deleted?;
     if json {
         println!("{}", serde_json::json!({"name": name, "deleted": deleted}));
     } else if deleted {
@@ -352,8 +447,9 @@ async fn watch(
 ) -> Result<u8, String> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
     let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
+    // Both kinds of channel: the lock's kind may change while it is watched.
     pubsub
-        .subscribe(channel_name(name))
+        .subscribe(&[channel_name(name), rw_channel_name(name)])
         .await
         .map_err(|e| e.to_string())?;
     let mut messages = pubsub.on_message();
@@ -403,7 +499,7 @@ async fn watch(
         }
         let waiters = redis::cmd("PUBSUB")
             .arg("NUMSUB")
-            .arg(channel_name(name))
+            .arg(Kind::of(&now).channel(name))
             .query_async::<Vec<(String, i64)>>(conn)
             .await
             .ok()
