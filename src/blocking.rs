@@ -70,8 +70,11 @@ use crate::error::{Error, Result};
 use crate::identity::OwnerId;
 
 mod lock;
+mod sync;
 
+pub use crate::permits::Permit;
 pub use lock::{Lock, LockGuard};
+pub use sync::{CountDownLatch, PermitExpirableSemaphore, ReadWriteLock, Semaphore};
 
 /// Worker threads of the runtime a blocking client starts for itself: one would do for
 /// the watchdog and the pub/sub connection; a second keeps renewals on time while the
@@ -230,6 +233,34 @@ impl Client {
             self.inner.read_write_lock(name).write(),
             self.runtime.clone(),
         )
+    }
+
+    /// The read-write lock named `name`, as [`crate::Client::read_write_lock`]: its
+    /// `read()` and `write()` halves are blocking locks owned by the calling thread.
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.inner.read_write_lock(name), self.runtime.clone())
+    }
+
+    /// The semaphore named `name`, as [`crate::Client::semaphore`] (Redisson's
+    /// `RSemaphore`).
+    pub fn semaphore(&self, name: impl Into<String>) -> Semaphore {
+        Semaphore::new(self.inner.semaphore(name), self.runtime.clone())
+    }
+
+    /// The permit-expirable semaphore named `name`, as
+    /// [`crate::Client::permit_expirable_semaphore`] (Redisson's
+    /// `RPermitExpirableSemaphore`).
+    pub fn permit_expirable_semaphore(&self, name: impl Into<String>) -> PermitExpirableSemaphore {
+        PermitExpirableSemaphore::new(
+            self.inner.permit_expirable_semaphore(name),
+            self.runtime.clone(),
+        )
+    }
+
+    /// The count-down latch named `name`, as [`crate::Client::count_down_latch`]
+    /// (Redisson's `RCountDownLatch`).
+    pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
+        CountDownLatch::new(self.inner.count_down_latch(name), self.runtime.clone())
     }
 
     /// This client's UUID, the first half of every holder field it writes.

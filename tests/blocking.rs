@@ -431,3 +431,102 @@ fn threads_take_a_fair_lock_in_order_and_share_a_read_lock() {
         .expect("free for the writer");
     w.unlock().unwrap();
 }
+
+/// The family in blocking form, across threads: a semaphore of 2 never has 3 holders and
+/// gets its permits back; an expirable permit comes back when its lease ends; a latch
+/// wakes every waiting thread at zero; a read-write lock's readers share while its
+/// writer waits; and a guard tells a watching thread that it was lost.
+#[test]
+fn threads_use_semaphores_latches_read_write_locks_and_the_loss_signal() {
+    let s = RedisServer::start();
+    let c = client(&s, Duration::from_millis(600));
+
+    let sem = c.semaphore("bl:sem");
+    assert!(sem.try_set_permits(2).unwrap());
+    let inside = std::sync::Arc::new(AtomicUsize::new(0));
+    let most = std::sync::Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (sem, inside, most) = (sem.clone(), inside.clone(), most.clone());
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    assert!(sem.try_acquire_for(1, Duration::from_secs(10)).unwrap());
+                    let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(n, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(2));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    sem.release(1).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 2);
+    assert_eq!(sem.available_permits().unwrap(), 2);
+    assert!(matches!(sem.acquire(0), Err(Error::InvalidCount { .. })));
+
+    let pes = c.permit_expirable_semaphore("bl:pes");
+    assert!(pes.try_set_permits(1).unwrap());
+    let taken = pes.acquire(Duration::from_millis(300)).unwrap();
+    assert_eq!(taken.id().len(), 32);
+    let started = Instant::now();
+    let again = pes
+        .try_acquire(Duration::from_secs(5), Duration::from_secs(5))
+        .unwrap()
+        .expect("the first permit's lease ended");
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    assert!(!pes.try_release(taken.id()).unwrap());
+    pes.release(again.id()).unwrap();
+
+    let latch = c.count_down_latch("bl:latch");
+    assert!(latch.try_set_count(2).unwrap());
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let latch = latch.clone();
+            std::thread::spawn(move || latch.wait_for(Duration::from_secs(10)).unwrap())
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(latch.count_down().unwrap(), 1);
+    assert_eq!(latch.count_down().unwrap(), 0);
+    for w in waiters {
+        assert!(w.join().unwrap(), "a thread was not woken at zero");
+    }
+
+    let rw = c.read_write_lock("bl:rw");
+    let r1 = rw.read().lock().unwrap();
+    let r2 = {
+        let rw = rw.clone();
+        std::thread::spawn(move || rw.read().try_lock().unwrap().is_some())
+    };
+    assert!(r2.join().unwrap(), "readers of two threads did not share");
+    assert!(matches!(
+        rw.write().try_lock(),
+        Err(Error::UpgradeRefused { .. })
+    ));
+    let writer = {
+        let rw = rw.clone();
+        std::thread::spawn(move || {
+            rw.write()
+                .try_lock_for(Duration::from_secs(5), None)
+                .unwrap()
+                .is_some()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    r1.unlock().unwrap();
+    assert!(writer.join().unwrap(), "the writer did not get in");
+
+    let g = c.lock("bl:lost").lock().unwrap();
+    assert!(g.holder_field().starts_with(c.id()));
+    assert!(!g.wait_lost(Duration::from_millis(100)).unwrap());
+    let _: () = s.cmd(&["DEL", "bl:lost"]);
+    assert!(
+        g.wait_lost(Duration::from_secs(3)).unwrap(),
+        "the loss went unnoticed"
+    );
+    assert!(g.is_lost());
+    assert!(matches!(g.unlock(), Err(Error::LeaseLost { .. })));
+}

@@ -153,9 +153,9 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`lock_with_lease`](Self::lock_with_lease), and
-    /// [`Error::DurationOutOfRange`] for `wait`; [`Error::Timeout`] when Redis gave no
-    /// answer at all before the deadline.
+    /// As [`lock_with_lease`](Self::lock_with_lease) (a `wait` beyond
+    /// [`MAX_DURATION`](crate::MAX_DURATION) waits as [`lock`](Self::lock) does);
+    /// [`Error::Timeout`] when Redis gave no answer at all before the deadline.
     ///
     /// # Panics
     ///
@@ -334,6 +334,35 @@ impl LockGuard {
     /// Whether the watchdog renews this hold (taken without an explicit lease).
     pub fn is_watchdog(&self) -> bool {
         self.held().is_watchdog()
+    }
+
+    /// The hash field this hold is counted under: `<client uuid>:<owner id>` (Redisson's
+    /// layout), as [`crate::LockGuard::holder_field`].
+    pub fn holder_field(&self) -> &str {
+        self.held().holder_field()
+    }
+
+    /// Blocks until the lock is lost (see [`is_lost`](Self::is_lost)) or `timeout`
+    /// passes; whether it was lost. The blocking form of [`crate::LockGuard::lost`]: a
+    /// thread that watches a long job can stop it when the lock is gone.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BlockingNotAllowed`] on a thread that drives a current-thread tokio
+    /// runtime (use [`is_lost`](Self::is_lost) there).
+    ///
+    /// # Panics
+    ///
+    /// As [`Lock::lock`].
+    pub fn wait_lost(&self, timeout: Duration) -> Result<bool> {
+        let guard = self.held();
+        self.runtime.run(async move {
+            Ok(
+                tokio::time::timeout(timeout.min(crate::MAX_DURATION), guard.lost())
+                    .await
+                    .is_ok(),
+            )
+        })
     }
 
     /// Whether the lock is known to be lost, as [`crate::LockGuard::is_lost`]: found
