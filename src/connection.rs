@@ -294,6 +294,54 @@ impl Conn {
                 // only hold the lane up. Both go to the slot's master over the lane's
                 // one connection per node, so WAIT counts the write.
                 let mut lane = lanes.take(|| client.get_async_connection()).await?;
+                let slot = key_slot(key);
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+                // The common case in one round trip: both to the slot's master as the
+                // lane's slot map has it. A reply that is not the script's (MOVED, a
+                // failover) falls back to the two steps below, which follow redirects.
+                if replicas.of(slot) > 0 {
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(cmd.clone()).add_command(wait_cmd.clone());
+                    // A failed send may have run the script: the caller retries it with
+                    // the same request id, as for any lost reply.
+                    let replies = lane
+                        .conn()
+                        .route_pipeline(pipe, 0, 2, route.clone())
+                        .await?;
+                    let [reply, acked] = <[Value; 2]>::try_from(replies).map_err(|v| {
+                        RedisError::from((
+                            ErrorKind::UnexpectedReturnType,
+                            "WAIT pipeline answered too few replies",
+                            format!("{v:?}"),
+                        ))
+                    })?;
+                    match reply.extract_error() {
+                        Ok(reply) => {
+                            let synced = match acked {
+                                _ if !wrote(&reply) => Synced::NotAsked,
+                                Value::Int(0)
+                                    if !cluster_has_replicas(lane.conn(), replicas, slot).await =>
+                                {
+                                    Synced::NotAsked
+                                }
+                                Value::Int(n) => Synced::Acked(n),
+                                other => {
+                                    return Err(RedisError::from((
+                                        ErrorKind::UnexpectedReturnType,
+                                        "WAIT answered a non-integer",
+                                        format!("{other:?}"),
+                                    )))
+                                }
+                            };
+                            lane.keep();
+                            return Ok((reply, synced));
+                        }
+                        // Not served there (the slot moved): nothing ran; the steps
+                        // below follow the redirect.
+                        Err(e) if matches!(e.code(), Some("MOVED" | "ASK" | "TRYAGAIN")) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
                 let reply = lane
                     .conn()
                     .req_packed_command(cmd)
@@ -306,14 +354,12 @@ impl Conn {
                 // ROLE goes over the lane too: its slot map is the one that just found
                 // the slot's master (the shared connection may not have followed a
                 // failover yet, having sent nothing to that slot since).
-                let slot = key_slot(key);
                 if replicas.of(slot) == 0
                     && !cluster_has_replicas(lane.conn(), replicas, slot).await
                 {
                     lane.keep();
                     return Ok((reply, Synced::NotAsked));
                 }
-                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
                 let acked = lane
                     .conn()
                     .route_command(wait_cmd, RoutingInfo::SingleNode(route))
