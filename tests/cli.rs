@@ -227,3 +227,75 @@ async fn force_unlock_knows_read_write_and_fair_locks_and_leaves_other_keys_alon
     assert_eq!(out.status.code(), Some(4));
     assert_eq!(s.cmd::<String>(&["GET", "cli:sem"]), "3");
 }
+
+/// On a cluster (`--cluster host:port`): `list` finds locks on every master, `inspect`
+/// asks the master of the name's slot, and `force-unlock` wakes a waiter that listens
+/// through sharded pub/sub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_works_on_a_cluster() {
+    let topo = tokio::task::spawn_blocking(common::topology::ClusterTopology::start)
+        .await
+        .unwrap();
+    let build = || async {
+        Client::cluster(&topo.urls())
+            .connect_timeout(Duration::from_millis(500))
+            .build()
+            .await
+            .unwrap()
+    };
+    let (holder, waiter) = (build().await, build().await);
+    let seed = topo.urls()[0].trim_start_matches("redis://").to_string();
+    let run = |args: Vec<String>| {
+        let seed = seed.clone();
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_rlock"))
+                .args(["--cluster", &seed])
+                .args(args)
+                .output()
+                .unwrap()
+        })
+    };
+    // Names on different masters.
+    let names = ["{c1}:job", "{c2}:job", "{c3}:job"];
+    let mut guards = Vec::new();
+    for n in names {
+        guards.push(
+            holder
+                .lock(n)
+                .lock_with_lease(Duration::from_secs(60))
+                .await
+                .unwrap(),
+        );
+    }
+    let out = run(vec!["list".into()]).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for n in names {
+        assert!(text(&out).contains(n), "{n} not listed: {}", text(&out));
+    }
+    let out = run(vec!["inspect".into(), names[1].into()]).await.unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out).contains(guards[1].holder_field()),
+        "{}",
+        text(&out)
+    );
+
+    let lock = waiter.lock(names[2]);
+    let waiting = tokio::spawn(async move {
+        let g = lock.lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let forced = Instant::now();
+    let out = run(vec!["force-unlock".into(), names[2].into()])
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter slept on after the force unlock")
+        .unwrap();
+    assert!(got.duration_since(forced) < Duration::from_secs(3));
+}

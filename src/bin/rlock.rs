@@ -6,6 +6,7 @@
 //! rlock inspect orders:42 --json
 //! rlock force-unlock orders:42
 //! rlock watch orders:42
+//! rlock --cluster 127.0.0.1:7000 list            # every master of a cluster
 //! ```
 //!
 //! Exit codes: 0 done, 1 the lock was not there (`force-unlock`, `inspect`), 2 bad
@@ -24,8 +25,12 @@ use clap::{Parser, Subcommand};
 use redis::aio::MultiplexedConnection;
 use redis_rlock::protocol::{channel_name, queue_key, rw_channel_name, token_key};
 
+#[path = "rlock/nodes.rs"]
+mod nodes;
 #[path = "rlock/snapshot.rs"]
 mod snapshot;
+
+use nodes::{cluster_masters, connect, connect_client, slot_master};
 
 use snapshot::{describe, not_a_lock, snapshot, snapshot_json, ttl_text, Kind};
 
@@ -51,6 +56,10 @@ struct Cli {
     /// The master's name at the sentinels.
     #[arg(long, global = true, default_value = "mymaster")]
     master: String,
+    /// Cluster nodes (`host:port`, repeatable): `list` scans every master; a name is
+    /// looked up at the master that owns its slot.
+    #[arg(long = "cluster", global = true)]
+    cluster: Vec<String>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -91,7 +100,20 @@ async fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    let url = match resolve_url(&cli).await {
+    let url = match &cli.command {
+        _ if cli.cluster.is_empty() => resolve_url(&cli).await,
+        Command::List { pattern } => {
+            let pattern = pattern.as_deref().unwrap_or("*");
+            return match list_cluster(&cli.cluster, pattern, cli.json).await {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => fail(3, e),
+            };
+        }
+        Command::Inspect { name } | Command::ForceUnlock { name } | Command::Watch { name, .. } => {
+            slot_master(&cli.cluster, name).await
+        }
+    };
+    let url = match url {
         Ok(u) => u,
         Err(e) => return fail(3, e),
     };
@@ -104,7 +126,9 @@ async fn main() -> ExitCode {
             list(&mut conn, pattern.as_deref().unwrap_or("*"), cli.json).await
         }
         Command::Inspect { name } => inspect(&mut conn, name, cli.json).await,
-        Command::ForceUnlock { name } => force_unlock(&mut conn, &url, name, cli.json).await,
+        Command::ForceUnlock { name } => {
+            force_unlock(&mut conn, &url, &cli.cluster, name, cli.json).await
+        }
         Command::Watch { name, seconds } => watch(&url, &mut conn, name, *seconds, cli.json).await,
     };
     match outcome {
@@ -145,19 +169,6 @@ async fn resolve_url(cli: &Cli) -> Result<String, String> {
     ))
 }
 
-async fn connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
-    connect_client(&redis::Client::open(url)?).await
-}
-
-async fn connect_client(client: &redis::Client) -> redis::RedisResult<MultiplexedConnection> {
-    let cfg = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(3)))
-        .set_response_timeout(Some(Duration::from_secs(5)));
-    client
-        .get_multiplexed_async_connection_with_config(&cfg)
-        .await
-}
-
 /// The URL without its password, for messages.
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -167,6 +178,30 @@ fn redact(url: &str) -> String {
 }
 
 async fn list(conn: &mut MultiplexedConnection, pattern: &str, json: bool) -> Result<u8, String> {
+    let rows = lock_rows(conn, pattern).await?;
+    print_rows(&rows, json);
+    Ok(0)
+}
+
+/// `list` on a cluster: every master's locks, in one listing.
+async fn list_cluster(nodes: &[String], pattern: &str, json: bool) -> Result<u8, String> {
+    let mut rows = Vec::new();
+    for (url, _) in cluster_masters(nodes).await? {
+        let mut conn = connect(&url)
+            .await
+            .map_err(|e| format!("cannot reach {url}: {e}"))?;
+        rows.extend(lock_rows(&mut conn, pattern).await?);
+    }
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    print_rows(&rows, json);
+    Ok(0)
+}
+
+/// The lock hashes matching `pattern` that have holders.
+async fn lock_rows(
+    conn: &mut MultiplexedConnection,
+    pattern: &str,
+) -> Result<Vec<(String, snapshot::Snapshot)>, String> {
     let mut names = Vec::new();
     let mut cursor: u64 = 0;
     loop {
@@ -195,11 +230,15 @@ async fn list(conn: &mut MultiplexedConnection, pattern: &str, json: bool) -> Re
             rows.push((name, s));
         }
     }
+    Ok(rows)
+}
+
+fn print_rows(rows: &[(String, snapshot::Snapshot)], json: bool) {
     if json {
         let v: Vec<_> = rows.iter().map(|(n, s)| snapshot_json(n, s)).collect();
         println!("{}", serde_json::Value::Array(v));
     } else {
-        for (name, s) in &rows {
+        for (name, s) in rows {
             for (field, holds) in &s.holders {
                 let mode = s
                     .mode
@@ -213,7 +252,6 @@ async fn list(conn: &mut MultiplexedConnection, pattern: &str, json: bool) -> Re
             }
         }
     }
-    Ok(0)
 }
 
 async fn inspect(conn: &mut MultiplexedConnection, name: &str, json: bool) -> Result<u8, String> {
@@ -283,6 +321,7 @@ async fn inspect(conn: &mut MultiplexedConnection, name: &str, json: bool) -> Re
 async fn force_unlock(
     conn: &mut MultiplexedConnection,
     url: &str,
+    cluster: &[String],
     name: &str,
     json: bool,
 ) -> Result<u8, String> {
@@ -294,9 +333,15 @@ async fn force_unlock(
     // The library's own force unlock of the lock's kind: it deletes only a lock hash and
     // publishes that kind's message on that kind's channel in the same script, so
     // waiters of any client wake at once (a fair lock's first waiter, on its own).
-    let client = redis_rlock::Client::connect(url)
-        .await
-        .map_err(|e| e.to_string())?;
+    // On a cluster, the library's cluster client: it publishes the way the cluster's
+    // waiters listen (sharded or not).
+    let client = if cluster.is_empty() {
+        redis_rlock::Client::connect(url).await
+    } else {
+        let seeds: Vec<String> = cluster.iter().map(|n| format!("redis://{n}")).collect();
+        redis_rlock::Client::cluster(&seeds).build().await
+    }
+    .map_err(|e| e.to_string())?;
     let lock = match (Kind::of(&s), s.mode.as_deref()) {
         (Kind::ReadWrite, Some("write")) => client.read_write_lock(name).write(),
         (Kind::ReadWrite, _) => client.read_write_lock(name).read(),
