@@ -317,21 +317,10 @@ impl Conn {
                     })?;
                     match reply.extract_error() {
                         Ok(reply) => {
-                            let synced = match acked {
-                                _ if !wrote(&reply) => Synced::NotAsked,
-                                Value::Int(0)
-                                    if !cluster_has_replicas(lane.conn(), replicas, slot).await =>
-                                {
-                                    Synced::NotAsked
-                                }
-                                Value::Int(n) => Synced::Acked(n),
-                                other => {
-                                    return Err(RedisError::from((
-                                        ErrorKind::UnexpectedReturnType,
-                                        "WAIT answered a non-integer",
-                                        format!("{other:?}"),
-                                    )))
-                                }
+                            let synced = if wrote(&reply) {
+                                cluster_synced(acked, lane.conn(), replicas, slot).await?
+                            } else {
+                                Synced::NotAsked
                             };
                             lane.keep();
                             return Ok((reply, synced));
@@ -365,19 +354,7 @@ impl Conn {
                     .route_command(wait_cmd, RoutingInfo::SingleNode(route))
                     .await?
                     .extract_error()?;
-                let synced = match acked {
-                    Value::Int(0) if !cluster_has_replicas(lane.conn(), replicas, slot).await => {
-                        Synced::NotAsked
-                    }
-                    Value::Int(n) => Synced::Acked(n),
-                    other => {
-                        return Err(RedisError::from((
-                            ErrorKind::UnexpectedReturnType,
-                            "WAIT answered a non-integer",
-                            format!("{other:?}"),
-                        )))
-                    }
-                };
+                let synced = cluster_synced(acked, lane.conn(), replicas, slot).await?;
                 lane.keep();
                 return Ok((reply, synced));
             }
@@ -443,6 +420,25 @@ impl Conn {
 /// Asks the master of `slot`, over `conn`, whether any replica is connected to it now,
 /// and keeps the count. When in doubt, the answer that is safe for the lock: replicas
 /// exist.
+/// What a `WAIT` reply on a cluster says: 0 acknowledgements from a slot that has no
+/// replica (any more) asked nothing.
+async fn cluster_synced(
+    acked: Value,
+    conn: &mut ClusterConnection,
+    replicas: &ClusterReplicas,
+    slot: u16,
+) -> RedisResult<Synced> {
+    match acked {
+        Value::Int(0) if !cluster_has_replicas(conn, replicas, slot).await => Ok(Synced::NotAsked),
+        Value::Int(n) => Ok(Synced::Acked(n)),
+        other => Err(RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "WAIT answered a non-integer",
+            format!("{other:?}"),
+        ))),
+    }
+}
+
 async fn cluster_has_replicas(
     conn: &mut ClusterConnection,
     replicas: &ClusterReplicas,

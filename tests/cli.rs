@@ -88,36 +88,8 @@ async fn force_unlock_wakes_a_waiter_at_once() {
         .lock_with_lease(Duration::from_secs(60))
         .await
         .unwrap();
-    let lock = waiter.lock("cli:stuck");
-    let waiting = tokio::spawn(async move {
-        let g = lock.lock().await.unwrap();
-        let at = Instant::now();
-        g.unlock().await.unwrap();
-        at
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!waiting.is_finished());
-    let forced = Instant::now();
-    let out = tokio::task::spawn_blocking({
-        let url = s.url();
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_rlock"))
-                .args(["--url", &url, "force-unlock", "cli:stuck"])
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("the waiter slept on after the force unlock")
-        .unwrap();
-    assert!(
-        got.duration_since(forced) < Duration::from_secs(5),
-        "woken by the lease, not the message"
-    );
+    let shown = forced_wakes(&s, "cli:stuck", waiter.lock("cli:stuck")).await;
+    assert!(shown.contains(g.holder_field()), "{shown}");
     assert_eq!(
         rlock(&s, &["force-unlock", "cli:stuck"]).status.code(),
         Some(1)
@@ -153,6 +125,31 @@ async fn rlock_async(s: &RedisServer, args: &[&str]) -> Output {
     .unwrap()
 }
 
+/// `lock` waits for `name` while `rlock inspect` looks at it (its output is returned)
+/// and `rlock force-unlock` frees it: the waiter must get it at once, not at the lease.
+async fn forced_wakes(s: &RedisServer, name: &str, lock: redis_rlock::Lock) -> String {
+    let waiting = tokio::spawn(async move {
+        let g = lock.lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shown = text(&rlock_async(s, &["inspect", name]).await);
+    let forced = Instant::now();
+    let out = rlock_async(s, &["force-unlock", name]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap_or_else(|_| panic!("{name}: the waiter slept on after the force unlock"))
+        .unwrap();
+    assert!(
+        got.duration_since(forced) < Duration::from_secs(3),
+        "{name}"
+    );
+    shown
+}
+
 /// A read-write lock and a fair lock are told apart by their keys: `inspect` names the
 /// kind and its channel, and `force-unlock` wakes their waiters at once (a read-write
 /// lock's on `redisson_rwlock:{NAME}`, a fair lock's first waiter on its own channel),
@@ -170,25 +167,9 @@ async fn force_unlock_knows_read_write_and_fair_locks_and_leaves_other_keys_alon
         .lock_with_lease(Duration::from_secs(60))
         .await
         .unwrap();
-    let rw = waiter.read_write_lock("cli:rw");
-    let reading = tokio::spawn(async move {
-        let g = rw.read().lock().await.unwrap();
-        let at = Instant::now();
-        g.unlock().await.unwrap();
-        at
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let shown = text(&rlock_async(&s, &["inspect", "cli:rw"]).await);
+    let shown = forced_wakes(&s, "cli:rw", waiter.read_write_lock("cli:rw").read()).await;
     assert!(shown.contains("read-write lock"), "{shown}");
     assert!(shown.contains("redisson_rwlock:{cli:rw}"), "{shown}");
-    let forced = Instant::now();
-    let out = rlock_async(&s, &["force-unlock", "cli:rw"]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let got = tokio::time::timeout(Duration::from_secs(10), reading)
-        .await
-        .expect("the reader slept on after the force unlock")
-        .unwrap();
-    assert!(got.duration_since(forced) < Duration::from_secs(3));
     drop(w);
 
     let f = holder
@@ -196,25 +177,9 @@ async fn force_unlock_knows_read_write_and_fair_locks_and_leaves_other_keys_alon
         .lock_with_lease(Duration::from_secs(60))
         .await
         .unwrap();
-    let fair = waiter.fair_lock("cli:fair");
-    let queued = tokio::spawn(async move {
-        let g = fair.lock().await.unwrap();
-        let at = Instant::now();
-        g.unlock().await.unwrap();
-        at
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let shown = text(&rlock_async(&s, &["inspect", "cli:fair"]).await);
+    let shown = forced_wakes(&s, "cli:fair", waiter.fair_lock("cli:fair")).await;
     assert!(shown.contains("fair lock"), "{shown}");
     assert!(shown.contains("queue"), "{shown}");
-    let forced = Instant::now();
-    let out = rlock_async(&s, &["force-unlock", "cli:fair"]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let got = tokio::time::timeout(Duration::from_secs(10), queued)
-        .await
-        .expect("the fair waiter slept on after the force unlock")
-        .unwrap();
-    assert!(got.duration_since(forced) < Duration::from_secs(3));
     drop(f);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let left: Vec<String> = s.cmd(&["KEYS", "*cli:*"]);

@@ -10,13 +10,28 @@ use std::time::{Duration, Instant};
 use common::topology::{ClusterTopology, SentinelTopology};
 use redis_rlock::Client;
 
+/// Checks for 200 ms that `waiter` is still blocked (else: `what`), runs `release`, and
+/// returns how long after it the waiter got through.
+async fn woken_by(
+    waiter: tokio::task::JoinHandle<Instant>,
+    what: &str,
+    release: impl std::future::Future<Output = ()>,
+) -> Duration {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "{what}");
+    let released = Instant::now();
+    release.await;
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap_or_else(|_| panic!("not woken within 5 s ({what})"))
+        .unwrap();
+    got.saturating_duration_since(released)
+}
+
 /// Runs one round of every synchronizer between two clients: a waiter of `b` is woken
 /// by `a`'s release each time, well before any TTL bound (the leases are 30 s).
 async fn every_synchronizer_wakes_a_waiter(a: &Client, b: &Client, tag: &str) -> Duration {
     let mut slowest = Duration::ZERO;
-    let mut woke = |released: Instant, got: Instant| {
-        slowest = slowest.max(got.saturating_duration_since(released));
-    };
 
     // Fair lock: b waits in the queue, a's unlock tells it on its own channel.
     let name = format!("{{{tag}}}:fair");
@@ -28,17 +43,11 @@ async fn every_synchronizer_wakes_a_waiter(a: &Client, b: &Client, tag: &str) ->
         g.unlock().await.unwrap();
         at
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!w.is_finished(), "a fair lock was held by two clients");
-    let t = Instant::now();
-    held.unlock().await.unwrap();
-    woke(
-        t,
-        tokio::time::timeout(Duration::from_secs(5), w)
-            .await
-            .unwrap()
-            .unwrap(),
-    );
+    let took = woken_by(w, "a fair lock was held by two clients", async {
+        held.unlock().await.unwrap();
+    })
+    .await;
+    slowest = slowest.max(took);
 
     // Read-write lock: a writer excludes b's reader; its unlock lets the reader in.
     let name = format!("{{{tag}}}:rw");
@@ -55,17 +64,11 @@ async fn every_synchronizer_wakes_a_waiter(a: &Client, b: &Client, tag: &str) ->
         g.unlock().await.unwrap();
         at
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!w.is_finished(), "a reader got in beside a writer");
-    let t = Instant::now();
-    held.unlock().await.unwrap();
-    woke(
-        t,
-        tokio::time::timeout(Duration::from_secs(5), w)
-            .await
-            .unwrap()
-            .unwrap(),
-    );
+    let took = woken_by(w, "a reader got in beside a writer", async {
+        held.unlock().await.unwrap();
+    })
+    .await;
+    slowest = slowest.max(took);
 
     // Semaphore of one permit.
     let name = format!("{{{tag}}}:sem");
@@ -79,17 +82,11 @@ async fn every_synchronizer_wakes_a_waiter(a: &Client, b: &Client, tag: &str) ->
         other.release(1).await.unwrap();
         at
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!w.is_finished(), "a semaphore of 1 gave 2 permits");
-    let t = Instant::now();
-    sem.release(1).await.unwrap();
-    woke(
-        t,
-        tokio::time::timeout(Duration::from_secs(5), w)
-            .await
-            .unwrap()
-            .unwrap(),
-    );
+    let took = woken_by(w, "a semaphore of 1 gave 2 permits", async {
+        sem.release(1).await.unwrap();
+    })
+    .await;
+    slowest = slowest.max(took);
 
     // Permit-expirable semaphore of one permit, held with a 30 s lease.
     let name = format!("{{{tag}}}:pes");
@@ -103,17 +100,11 @@ async fn every_synchronizer_wakes_a_waiter(a: &Client, b: &Client, tag: &str) ->
         other.release(p.id()).await.unwrap();
         at
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!w.is_finished(), "an expirable permit was taken twice");
-    let t = Instant::now();
-    pes.release(p.id()).await.unwrap();
-    woke(
-        t,
-        tokio::time::timeout(Duration::from_secs(5), w)
-            .await
-            .unwrap()
-            .unwrap(),
-    );
+    let took = woken_by(w, "an expirable permit was taken twice", async {
+        pes.release(p.id()).await.unwrap();
+    })
+    .await;
+    slowest = slowest.max(took);
 
     // Latch of one.
     let name = format!("{tag}:latch");
@@ -124,17 +115,11 @@ async fn every_synchronizer_wakes_a_waiter(a: &Client, b: &Client, tag: &str) ->
         other.wait().await.unwrap();
         Instant::now()
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!w.is_finished(), "the latch opened early");
-    let t = Instant::now();
-    latch.count_down().await.unwrap();
-    woke(
-        t,
-        tokio::time::timeout(Duration::from_secs(5), w)
-            .await
-            .unwrap()
-            .unwrap(),
-    );
+    let took = woken_by(w, "the latch opened early", async {
+        latch.count_down().await.unwrap();
+    })
+    .await;
+    slowest = slowest.max(took);
     slowest
 }
 
