@@ -80,13 +80,13 @@ impl ClientBuilder {
         }
         let wait = match (&config.replica_sync, &self.deployment) {
             (Some(ReplicaSync::Wait { timeout, .. }), _) => Some(*timeout),
-            (None, Deployment::Sentinel { .. } | Deployment::Cluster { .. }) => {
-                match ReplicaSync::default_wait() {
-                    ReplicaSync::Wait { timeout, .. } => Some(timeout),
-                    ReplicaSync::Off => None,
-                }
-            }
-            _ => None,
+            (None, Deployment::Single { .. }) | (Some(ReplicaSync::Off), _) => None,
+            // Sentinel and Cluster sync by default.
+            #[allow(unreachable_patterns)]
+            (None, _) => match ReplicaSync::default_wait() {
+                ReplicaSync::Wait { timeout, .. } => Some(timeout),
+                ReplicaSync::Off => None,
+            },
         };
         if let Some(wait) = wait.filter(|w| *w >= config.watchdog_timeout / 3) {
             // WAIT blocks the connection it runs on, renewals queued behind it included.
@@ -96,9 +96,11 @@ impl ClientBuilder {
             Deployment::Single { url } if config.redis_client.is_none() => {
                 open_client(url, &config.tls)?;
             }
+            #[cfg(feature = "sentinel")]
             Deployment::Sentinel { sentinels, .. } if sentinels.is_empty() => {
                 return Err(Error::InvalidConfig("no sentinel address given".into()))
             }
+            #[cfg(feature = "cluster")]
             Deployment::Cluster { nodes } if nodes.is_empty() => {
                 return Err(Error::InvalidConfig("no cluster node address given".into()))
             }
@@ -254,7 +256,9 @@ impl Client {
         builder
     }
 
-    /// Starts a builder for a master monitored by Redis Sentinel under `master_name`.
+    /// Starts a builder for a master monitored by Redis Sentinel under `master_name`
+    /// (feature `sentinel`, on by default).
+    #[cfg(feature = "sentinel")]
     pub fn sentinel<S: AsRef<str>>(sentinels: &[S], master_name: &str) -> ClientBuilder {
         Client::with_deployment(Deployment::Sentinel {
             sentinels: sentinels.iter().map(|s| s.as_ref().to_string()).collect(),
@@ -262,7 +266,9 @@ impl Client {
         })
     }
 
-    /// Starts a builder for a Redis Cluster reached through `nodes`.
+    /// Starts a builder for a Redis Cluster reached through `nodes` (feature `cluster`,
+    /// on by default).
+    #[cfg(feature = "cluster")]
     pub fn cluster<S: AsRef<str>>(nodes: &[S]) -> ClientBuilder {
         Client::with_deployment(Deployment::Cluster {
             nodes: nodes.iter().map(|s| s.as_ref().to_string()).collect(),

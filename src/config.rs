@@ -35,7 +35,9 @@ pub enum Deployment {
         /// The server's URL.
         url: String,
     },
-    /// A master found through Redis Sentinel, followed across failovers.
+    /// A master found through Redis Sentinel, followed across failovers (feature
+    /// `sentinel`).
+    #[cfg(feature = "sentinel")]
     Sentinel {
         /// URLs of the sentinels (`redis://host:port`); asked in order. The master and
         /// its replicas are reached with the first sentinel's scheme: `rediss://`
@@ -44,7 +46,8 @@ pub enum Deployment {
         /// The name the sentinels monitor the master under.
         master_name: String,
     },
-    /// A Redis Cluster, reached through any of these seed nodes.
+    /// A Redis Cluster, reached through any of these seed nodes (feature `cluster`).
+    #[cfg(feature = "cluster")]
     Cluster {
         /// URLs of one or more cluster nodes.
         nodes: Vec<String>,
@@ -53,6 +56,10 @@ pub enum Deployment {
 
 // URLs may carry a password; a Debug print ends up in logs.
 impl std::fmt::Debug for Deployment {
+    #[cfg_attr(
+        not(any(feature = "cluster", feature = "sentinel")),
+        allow(unused_variables)
+    )]
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let masked =
             |urls: &[String]| -> Vec<String> { urls.iter().map(|u| without_password(u)).collect() };
@@ -61,6 +68,7 @@ impl std::fmt::Debug for Deployment {
                 .debug_struct("Single")
                 .field("url", &without_password(url))
                 .finish(),
+            #[cfg(feature = "sentinel")]
             Deployment::Sentinel {
                 sentinels,
                 master_name,
@@ -69,6 +77,7 @@ impl std::fmt::Debug for Deployment {
                 .field("sentinels", &masked(sentinels))
                 .field("master_name", master_name)
                 .finish(),
+            #[cfg(feature = "cluster")]
             Deployment::Cluster { nodes } => f
                 .debug_struct("Cluster")
                 .field("nodes", &masked(nodes))

@@ -25,7 +25,11 @@ use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::config::{Config, Deployment};
-use crate::connection::{cluster_client, open_client, Conn, SentinelMaster};
+#[cfg(feature = "cluster")]
+use crate::connection::cluster_client;
+#[cfg(feature = "sentinel")]
+use crate::connection::SentinelMaster;
+use crate::connection::{open_client, Conn};
 use crate::error::Result;
 use crate::stats::{Counters, Event};
 
@@ -111,6 +115,7 @@ impl ChannelEntry {
 }
 
 mod actor;
+#[cfg(feature = "cluster")]
 mod cluster;
 mod timers;
 
@@ -118,6 +123,7 @@ use actor::actor;
 use timers::{Timer, TurnState};
 
 /// How a cluster hub subscribes.
+#[cfg(feature = "cluster")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     /// `SSUBSCRIBE` at the node that owns the channel's slot.
@@ -156,6 +162,7 @@ pub(crate) struct PubSubHub {
 enum Source {
     Fixed(Box<redis::Client>),
     /// The master the sentinels name now; the hub moves when it changes.
+    #[cfg(feature = "sentinel")]
     Sentinel(Arc<SentinelMaster>),
 }
 
@@ -163,12 +170,17 @@ impl Source {
     fn client(&self) -> redis::Client {
         match self {
             Source::Fixed(c) => (**c).clone(),
+            #[cfg(feature = "sentinel")]
             Source::Sentinel(s) => s.master_client(),
         }
     }
 }
 
 impl PubSubHub {
+    #[cfg_attr(
+        not(any(feature = "cluster", feature = "sentinel")),
+        allow(unused_variables)
+    )]
     pub(crate) async fn start(
         deployment: &Deployment,
         conn: &Conn,
@@ -192,6 +204,7 @@ impl PubSubHub {
         let weak = Arc::downgrade(&shared);
         let timeouts = (config.connect_timeout, config.response_timeout);
         match deployment {
+            #[cfg(feature = "cluster")]
             Deployment::Cluster { nodes } => {
                 let (push_tx, push_rx) = mpsc::unbounded_channel();
                 let client = cluster_client(nodes, config, Some(push_tx))?;
@@ -213,6 +226,7 @@ impl PubSubHub {
                 let source = Source::Fixed(Box::new(client));
                 background.service(runtime, actor(weak, source, rx, timeouts.0, timeouts.1));
             }
+            #[cfg(feature = "sentinel")]
             Deployment::Sentinel { .. } => {
                 let sentinel = conn
                     .sentinel()

@@ -3,6 +3,7 @@
 //! master while locks are held and waiters wait.
 //!
 //! Measured figures are printed as `FIGURE <name> <value>` lines (`--nocapture`).
+#![cfg(feature = "cluster")]
 
 mod common;
 

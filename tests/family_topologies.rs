@@ -2,12 +2,16 @@
 //! master, two replicas, three sentinels, replica sync on by default) and a Redis
 //! Cluster (3 masters + 3 replicas, sharded pub/sub). Each synchronizer takes, excludes
 //! and wakes a waiter of another client there, and its keys stay in its name's slot.
+#![cfg(any(feature = "cluster", feature = "sentinel"))]
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::topology::{ClusterTopology, SentinelTopology};
+#[cfg(feature = "cluster")]
+use common::topology::ClusterTopology;
+#[cfg(feature = "sentinel")]
+use common::topology::SentinelTopology;
 use redis_rlock::Client;
 
 /// Checks for 200 ms that `waiter` is still blocked (else: `what`), runs `release`, and
@@ -123,6 +127,7 @@ async fn every_synchronizer_wakes_a_waiter(a: &Client, b: &Client, tag: &str) ->
     slowest
 }
 
+#[cfg(feature = "sentinel")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_family_works_through_sentinel_with_replica_sync() {
     let topo = tokio::task::spawn_blocking(SentinelTopology::start)
@@ -157,6 +162,7 @@ async fn the_family_works_through_sentinel_with_replica_sync() {
     assert!(waits > 0, "replica sync sent no WAIT");
 }
 
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_family_works_on_a_cluster_in_its_names_slot() {
     let topo = tokio::task::spawn_blocking(ClusterTopology::start)

@@ -2,6 +2,7 @@
 //! the watchdog across SENTINEL FAILOVER and kill -9 of the master, and replica sync.
 //!
 //! Measured figures are printed as `FIGURE <name> <value>` lines (`--nocapture`).
+#![cfg(feature = "sentinel")]
 
 mod common;
 

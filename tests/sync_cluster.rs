@@ -2,6 +2,7 @@
 //! and channel of one in its name's slot, waiters woken through sharded pub/sub at the
 //! slot's owner, and a latch name whose Redisson channel would land in another slot
 //! refused before anything is sent.
+#![cfg(feature = "cluster")]
 
 mod common;
 

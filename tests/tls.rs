@@ -473,6 +473,7 @@ impl Drop for TlsSentinel {
     }
 }
 
+#[cfg(feature = "sentinel")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_discovery_and_the_master_run_over_tls() {
     let certs = Certs::make();
@@ -502,6 +503,7 @@ async fn sentinel_discovery_and_the_master_run_over_tls() {
 }
 
 /// Three TLS-only masters (no replicas) with a TLS cluster bus, made into one cluster.
+#[cfg(feature = "cluster")]
 fn tls_cluster(certs: &Certs) -> Vec<RedisServer> {
     let (nodes, spec): (Vec<RedisServer>, Vec<ClusterNode>) = (0..3)
         .map(|_| {
@@ -545,6 +547,7 @@ fn tls_cluster(certs: &Certs) -> Vec<RedisServer> {
     nodes
 }
 
+#[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_nodes_and_sharded_pubsub_run_over_tls() {
     let certs = Certs::make();

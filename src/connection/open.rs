@@ -184,6 +184,7 @@ pub(super) async fn connect_manager(
     .map_err(|e| connect_error(e, config.connect_timeout))
 }
 
+#[cfg(feature = "cluster")]
 /// Builds a cluster client for `nodes`; `push` makes it a RESP3 client whose pushes go
 /// to the given channel (used by the pub/sub hub).
 pub(crate) fn cluster_client(

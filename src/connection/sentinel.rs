@@ -14,6 +14,7 @@ use super::lanes::Lanes;
 #[cfg(feature = "tls-rustls")]
 use super::open::is_tls_failure;
 use super::open::{connect_error, connect_manager, open_client, open_lane};
+use super::replies::parse_master_role;
 use crate::background::Background;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -298,23 +299,6 @@ async fn ask_sentinels(
         "no sentinel named a reachable master",
         last_err.unwrap_or_default(),
     ))))
-}
-
-/// `Some(number of replicas)` when a `ROLE` reply says "master".
-pub(super) fn parse_master_role(v: &Value) -> Option<usize> {
-    let Value::Array(items) = v else { return None };
-    let role = match items.first()? {
-        Value::BulkString(b) => b.as_slice(),
-        Value::SimpleString(s) => s.as_bytes(),
-        _ => return None,
-    };
-    if role != b"master" {
-        return None;
-    }
-    match items.get(2) {
-        Some(Value::Array(replicas)) => Some(replicas.len()),
-        _ => Some(0),
-    }
 }
 
 /// How the nodes a sentinel names are reached: with the first sentinel's scheme, as

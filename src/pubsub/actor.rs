@@ -36,6 +36,7 @@ pub(super) async fn actor(
             }
         }
         let mut master_changed = match &source {
+            #[cfg(feature = "sentinel")]
             Source::Sentinel(s) => Some(s.generation()),
             Source::Fixed(_) => None,
         };
