@@ -18,8 +18,9 @@
 --          client is known in them by its id, the first 36 characters of ARGV[2]
 -- ARGV[8]  '1' when the caller waits if the lock is busy: the client then joins KEYS[4]
 -- ARGV[9]  'publish', or 'spublish' on a cluster with sharded pub/sub
--- ARGV[10] '1' when the client may be in KEYS[4] (it has waiters that joined it): a
---          first grant then takes it out
+-- ARGV[10] what a first grant does to the client's place in KEYS[4]: 'keep' (other
+--          waiters of the client remain: it stays, or joins again at the back after
+--          using its turn), 'leave' (its last waiter in line: it leaves), '' (not in line)
 -- Returns {1, token, latched} when the caller now holds the lock; for a fenced lock the
 -- token is larger than every token issued before for this name, for a plain one it is 0.
 -- latched is 1 when the latch was written (the client deletes it once the request has
@@ -97,9 +98,13 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         redis.call('del', KEYS[5])
         -- Only a hint to other clients of this crate: a refusal changes nothing here.
         redis.pcall(ARGV[9], KEYS[6], 'taken')
-    elseif fresh and turns and ARGV[10] == '1' then
-        -- Granted without a turn: no longer in line.
+        if ARGV[10] == 'keep' then
+            wait_in_line()
+        end
+    elseif fresh and turns and ARGV[10] == 'leave' then
         redis.call('lrem', KEYS[4], 1, me)
+    elseif fresh and turns and ARGV[10] == 'keep' then
+        wait_in_line()
     end
     -- A first grant to a client that held nothing is recognised on retry by its field;
     -- anything else (a re-entry) could not be told from an earlier hold, so it is latched.

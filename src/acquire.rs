@@ -112,7 +112,7 @@ impl Target {
         let ttl = match behind {
             Some(left) => Some(left),
             None => match self
-                .attempt_within(owner, &field, lease, false, wait)
+                .attempt_within(owner, &field, lease, false, wait, false)
                 .await?
             {
                 Some(Tried::Held(guard)) => return Ok(Some(guard)),
@@ -266,6 +266,7 @@ impl Target {
     /// [`attempt`](Self::attempt), bounded: by the deadline of a waiting call, and by one
     /// response timeout for a single try. `None` when the bound came first; an attempt
     /// already sent then finishes in the background, and a hold it took is given back.
+    /// `in_line`: this acquisition put its client in the lock's line (turns).
     async fn attempt_within(
         &self,
         owner: OwnerId,
@@ -273,13 +274,15 @@ impl Target {
         lease: Option<Duration>,
         adopt: bool,
         wait: Wait,
+        in_line: bool,
     ) -> Result<Option<Tried>> {
         self.inner().check_open()?;
         let until = match wait {
             Wait::No => Instant::now().checked_add(self.inner().config.response_timeout),
             Wait::Until(deadline) => deadline,
         };
-        let attempt = self.attempt(owner, field, lease, adopt, matches!(wait, Wait::Until(_)));
+        let waits = matches!(wait, Wait::Until(_));
+        let attempt = self.attempt(owner, field, lease, adopt, waits, in_line);
         match until {
             None => attempt.await.map(Some),
             Some(at) => match tokio::time::timeout_at(at, attempt).await {
@@ -346,7 +349,14 @@ impl Waiting<'_> {
     async fn attempt(&mut self) -> Step {
         let target = self.target;
         let tried = target
-            .attempt_within(self.owner, &self.field, self.lease, self.adopt, self.wait)
+            .attempt_within(
+                self.owner,
+                &self.field,
+                self.lease,
+                self.adopt,
+                self.wait,
+                self.line.joined(),
+            )
             .await;
         match tried {
             Ok(None) => {

@@ -42,6 +42,7 @@ impl Target {
         lease: Option<Duration>,
         adopt: bool,
         waits: bool,
+        in_line: bool,
     ) -> Result<Tried> {
         let inner = self.inner().clone();
         let hold = self.hold(field);
@@ -91,7 +92,20 @@ impl Target {
                     kind: hold.kind,
                     turn_window: inner.config.turn_window,
                     waits,
-                    in_line: !inner.config.turn_window.is_zero() && inner.table.in_line(&hold.name),
+                    line: if inner.config.turn_window.is_zero() {
+                        raw::Line::Out
+                    } else {
+                        // Other waiters of this client in line keep it there.
+                        match inner
+                            .table
+                            .in_line(&hold.name)
+                            .saturating_sub(u32::from(in_line))
+                        {
+                            0 if in_line => raw::Line::Leave,
+                            0 => raw::Line::Out,
+                            _ => raw::Line::Keep,
+                        }
+                    },
                 };
                 let sync_retries = match inner.conn.sync() {
                     ReplicaSync::Wait {

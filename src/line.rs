@@ -38,6 +38,11 @@ impl<'a> InLine<'a> {
         }
     }
 
+    /// Whether this acquisition put its client in the line.
+    pub(crate) fn joined(&self) -> bool {
+        self.joined
+    }
+
     /// The acquisition was answered busy: the client is in line from now on.
     pub(crate) fn busy(&mut self) {
         let t = self.target;

@@ -172,8 +172,31 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) turn_window: Duration,
     /// The caller waits if the lock is busy: the client joins the line.
     pub(crate) waits: bool,
-    /// The client has waiters in the line (see `lua/acquire.lua`).
-    pub(crate) in_line: bool,
+    /// What a first grant does to the client's place in the line.
+    pub(crate) line: Line,
+}
+
+/// What a first grant does to the client's place in the line (`lua/acquire.lua`
+/// ARGV[10]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Line {
+    /// Other waiters of the client remain: it stays in line, or joins it again at the
+    /// back after using its turn.
+    Keep,
+    /// The acquisition was the client's last waiter in line: it leaves.
+    Leave,
+    /// The client was not in line.
+    Out,
+}
+
+impl Line {
+    fn arg(self) -> &'static str {
+        match self {
+            Line::Keep => "keep",
+            Line::Leave => "leave",
+            Line::Out => "",
+        }
+    }
 }
 
 fn flag(b: bool) -> &'static str {
@@ -203,7 +226,7 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
             .arg(ms(call.turn_window))
             .arg(flag(call.waits))
             .arg(conn.publish_command())
-            .arg(flag(call.in_line)),
+            .arg(call.line.arg()),
         Kind::Read | Kind::Write => rw::acquire_call(call),
         Kind::Fair => fair::acquire_call(call),
     };

@@ -206,9 +206,9 @@ impl Table {
     }
 
     /// One more waiting acquisition of `name` that may put this client in line.
-    /// Whether waiters of this client joined the line of `name` (and have not all left).
-    pub(crate) fn in_line(&self, name: &str) -> bool {
-        self.names.lock().get(name).is_some_and(|e| e.in_line > 0)
+    /// How many waiters of this client joined the line of `name` and have not left.
+    pub(crate) fn in_line(&self, name: &str) -> u32 {
+        self.names.lock().get(name).map_or(0, |e| e.in_line)
     }
 
     pub(crate) fn join_line(&self, name: &Arc<str>) {

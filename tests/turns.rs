@@ -305,3 +305,56 @@ async fn a_waiter_that_let_a_dead_clients_turn_pass_is_woken_when_it_ends() {
         );
     }
 }
+
+/// A client whose turn is used by one of its waiters while another still waits goes
+/// back in line, at the back: its other waiter hears no unlock message meant for another
+/// client's turn, so without its place it would wait for a release with no turn at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_waiters_left_after_its_turn_lines_up_again() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(300);
+    // Without hand-over, b's second waiter asks Redis (and lines up) instead of queueing
+    // behind the first inside b.
+    let no_handover = Client::builder(s.url())
+        .turn_window(window)
+        .handover_limit(0)
+        .build()
+        .await
+        .unwrap();
+    let (a, b, c) = (
+        client(&s, window).await,
+        no_handover,
+        client(&s, window).await,
+    );
+    let held = a.lock("tn:again").lock().await.unwrap();
+    let spawn_waiter = |cl: &Client, hold: Duration| {
+        let l = cl.lock("tn:again");
+        tokio::spawn(async move {
+            let g = l.lock().await.unwrap();
+            tokio::time::sleep(hold).await;
+            g.unlock().await.unwrap();
+        })
+    };
+    let b1 = spawn_waiter(&b, Duration::from_millis(400));
+    assert!(common::eventually(Duration::from_secs(2), || line(&s, "tn:again") == [b.id()]).await);
+    let b2 = spawn_waiter(&b, Duration::ZERO);
+    let c1 = spawn_waiter(&c, Duration::ZERO);
+    assert!(common::eventually(Duration::from_secs(2), || line(&s, "tn:again").len() == 2).await);
+    assert_eq!(line(&s, "tn:again"), [b.id(), c.id()]);
+    // b's turn: one of its waiters takes the lock; the other still waits, so b is in
+    // line again, behind c.
+    held.unlock().await.unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(2), || line(&s, "tn:again")
+            == [c.id(), b.id()])
+        .await,
+        "line after b's turn: {:?}",
+        line(&s, "tn:again")
+    );
+    for t in [b1, b2, c1] {
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
