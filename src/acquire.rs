@@ -145,11 +145,12 @@ impl Target {
             Wait::No => return Ok(None),
             Wait::Until(d) => d,
         };
-        // The busy reply put this client in the lock's line in Redis (with turns on).
+        // The busy reply put this client in the lock's line in Redis (with turns on), or,
+        // for a waiter queued behind others of its client, they did: it counts among the
+        // client's waiters in line either way, so that the client keeps its place while
+        // any of them waits (its waiters let other clients' turn messages pass).
         let mut line = InLine::new(self, field.clone());
-        if behind.is_none() {
-            line.busy();
-        }
+        line.busy();
         tracing::debug!(?ttl, "lock busy; waiting");
         let subscribed_first = early.is_some();
         let sub = match early {

@@ -358,3 +358,36 @@ async fn a_client_with_waiters_left_after_its_turn_lines_up_again() {
             .unwrap();
     }
 }
+
+/// A waiter queued behind another of its client (no request of its own) keeps the
+/// client's place in line when the first one gives up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_queued_behind_keeps_its_clients_place_when_the_first_gives_up() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(300);
+    let (a, b) = (client(&s, window).await, client(&s, window).await);
+    let held = a.lock("tn:behind").lock().await.unwrap();
+    let first = {
+        let l = b.lock("tn:behind");
+        tokio::spawn(async move { l.try_lock_for(Duration::from_millis(400), None).await })
+    };
+    assert!(common::eventually(Duration::from_secs(2), || line(&s, "tn:behind") == [b.id()]).await);
+    let second = {
+        let l = b.lock("tn:behind");
+        tokio::spawn(async move {
+            let g = l.lock().await.unwrap();
+            g.unlock().await.unwrap();
+        })
+    };
+    assert!(first.await.unwrap().unwrap().is_none(), "the first gave up");
+    assert_eq!(
+        line(&s, "tn:behind"),
+        [b.id()],
+        "b left the line while a waiter of it still waits"
+    );
+    held.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .unwrap()
+        .unwrap();
+}
