@@ -73,6 +73,16 @@ fn family_child() {
     });
 }
 
+/// What a bounded wait at the end of the run gave: a wait cut so short that Redis
+/// could not answer in time ends with a transient `Timeout`, which ends the loop too.
+fn by_deadline<T>(r: redis_rlock::Result<Option<T>>) -> Option<T> {
+    match r {
+        Ok(got) => got,
+        Err(e) if e.is_transient() => None,
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// Enters a section counted in Redis: `in:<what>` goes up by one, and the largest value
 /// seen is kept in `max:<what>`. Returns the count seen on entry.
 async fn enter(conn: &mut redis::aio::MultiplexedConnection, what: &str) -> i64 {
@@ -101,7 +111,7 @@ async fn fair_task(client: &Client, mut conn: redis::aio::MultiplexedConnection,
             break;
         }
         let asked = wall_us();
-        let Some(g) = lock.try_lock_for(left, None).await.unwrap() else {
+        let Some(g) = by_deadline(lock.try_lock_for(left, None).await) else {
             break;
         };
         let granted = wall_us();
@@ -130,7 +140,7 @@ async fn rw_task(
             break;
         }
         let lock = if writer { rw.write() } else { rw.read() };
-        let Some(g) = lock.try_lock_for(left, None).await.unwrap() else {
+        let Some(g) = by_deadline(lock.try_lock_for(left, None).await) else {
             break;
         };
         if writer {
@@ -170,7 +180,8 @@ async fn semaphore_task(
     let sem = client.semaphore("fam:sem");
     for _ in 0..MAX_ROUNDS {
         let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() || !sem.try_acquire_for(1, left).await.unwrap() {
+        if left.is_zero() || by_deadline(sem.try_acquire_for(1, left).await.map(Some)) != Some(true)
+        {
             break;
         }
         enter(&mut conn, "sem").await;
@@ -192,11 +203,7 @@ async fn permits_task(
         if left.is_zero() {
             break;
         }
-        let Some(permit) = sem
-            .try_acquire(Duration::from_secs(10), left)
-            .await
-            .unwrap()
-        else {
+        let Some(permit) = by_deadline(sem.try_acquire(Duration::from_secs(10), left).await) else {
             break;
         };
         enter(&mut conn, "pes").await;
