@@ -162,8 +162,20 @@ impl Target {
             let (inner, hold) = (inner.clone(), hold.clone());
             move |(outcome, in_flight): (Result<(Attempt, Instant)>, InFlightGuard)| async move {
                 let _in_flight = in_flight;
-                if let Ok((Attempt::Acquired { .. }, _)) = outcome {
-                    undo_grant(&inner, &hold).await;
+                match outcome {
+                    Ok((Attempt::Acquired { .. }, _)) => undo_grant(&inner, &hold).await,
+                    // A busy answer to a waiting caller put the client in the line, and
+                    // the caller left before hearing it: unless others of the client
+                    // wait there, no turn should go to it.
+                    Ok((Attempt::Busy(_) | Attempt::TurnBusy(_), _))
+                        if waits
+                            && hold.kind == crate::raw::Kind::Plain
+                            && !inner.config.turn_window.is_zero()
+                            && inner.table.in_line(&hold.name) == 0 =>
+                    {
+                        let _ = raw::leave_line(&inner.conn, &hold.name, &inner.id).await;
+                    }
+                    _ => {}
                 }
             }
         };

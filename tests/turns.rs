@@ -89,7 +89,7 @@ async fn a_client_that_stopped_waiting_leaves_the_line() {
         let held = a.lock("tn:b").lock().await.unwrap();
         let gave_up = b
             .lock("tn:b")
-            .try_lock_for(Duration::from_millis(30), None)
+            .try_lock_for(Duration::from_millis(200), None)
             .await
             .unwrap();
         assert!(gave_up.is_none());
@@ -391,4 +391,31 @@ async fn a_waiter_queued_behind_keeps_its_clients_place_when_the_first_gives_up(
         .await
         .unwrap()
         .unwrap();
+}
+
+/// A waiting call whose first attempt is answered after its deadline (Redis paused)
+/// returns a timeout; the busy answer that comes later put its client in line, and the
+/// client takes itself out again, so that no turn goes to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_answer_that_came_too_late_takes_its_client_out_of_the_line() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(300);
+    let (a, b) = (client(&s, window).await, client(&s, window).await);
+    let held = a.lock("tn:late").lock().await.unwrap();
+    s.signal("STOP");
+    let late = b
+        .lock("tn:late")
+        .try_lock_for(Duration::from_millis(100), None)
+        .await;
+    s.signal("CONT");
+    assert!(
+        matches!(late, Err(redis_rlock::Error::Timeout { .. })),
+        "{late:?}"
+    );
+    assert!(
+        common::eventually(Duration::from_secs(3), || line(&s, "tn:late").is_empty()).await,
+        "the client stayed in line: {:?}",
+        line(&s, "tn:late")
+    );
+    held.unlock().await.unwrap();
 }
