@@ -279,9 +279,12 @@ async fn a_waiter_that_let_a_dead_clients_turn_pass_is_woken_when_it_ends() {
                 at
             }
         });
-        // c is in line; a dead client is put ahead of it.
+        // c is in line and hears the turns channel; a dead client is put ahead of it.
+        let turns = redis_rlock::protocol::turns_channel("tn:lapse");
         assert!(
-            common::eventually(Duration::from_secs(2), || line(&s, "tn:lapse") == [c.id()]).await
+            common::eventually(Duration::from_secs(2), || line(&s, "tn:lapse") == [c.id()]
+                && s.numsub(&turns) == 1)
+            .await
         );
         let key = redis_rlock::protocol::clients_key("tn:lapse");
         let _: () = s.cmd(&["LPUSH", &key, "00000000-0000-4000-8000-00000000dead"]);
