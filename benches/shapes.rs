@@ -70,6 +70,8 @@ enum Lib {
     Rslock,
     Floor,
     Limit,
+    /// This crate's own scripts by raw `EVALSHA`, with the arguments of the common path.
+    Scripts,
 }
 
 impl Lib {
@@ -79,6 +81,7 @@ impl Lib {
             Lib::Rslock => "rslock",
             Lib::Floor => "floor",
             Lib::Limit => "limit",
+            Lib::Scripts => "scripts",
         }
     }
 
@@ -87,6 +90,7 @@ impl Lib {
             "ours" => Lib::Ours,
             "rslock" => Lib::Rslock,
             "floor" => Lib::Floor,
+            "scripts" => Lib::Scripts,
             _ => Lib::Limit,
         }
     }
@@ -137,7 +141,7 @@ async fn connect(lib: Lib, url: &str) -> Conn {
     match lib {
         Lib::Ours => Conn::Ours(redis_rlock::Client::connect(url).await.unwrap()),
         Lib::Rslock => Conn::Rslock(Arc::new(rslock::LockManager::new(vec![url.to_string()]))),
-        Lib::Floor | Lib::Limit => Conn::Raw(
+        Lib::Floor | Lib::Limit | Lib::Scripts => Conn::Raw(
             ConnectionManager::new(redis::Client::open(url).unwrap())
                 .await
                 .unwrap(),
@@ -156,6 +160,7 @@ enum Locker {
         n: u64,
     },
     Limit(ConnectionManager, String),
+    Scripts(ConnectionManager, String, String),
 }
 
 enum Held {
@@ -168,6 +173,8 @@ thread_local! {
     static ACQUIRE: redis::Script = redis::Script::new(REDISSON_ACQUIRE);
     static UNLOCK: redis::Script = redis::Script::new(REDISSON_UNLOCK);
     static TRIVIAL_SCRIPT: redis::Script = redis::Script::new(TRIVIAL);
+    static OUR_ACQUIRE: redis::Script = redis::Script::new(include_str!("../lua/acquire.lua"));
+    static OUR_UNLOCK: redis::Script = redis::Script::new(include_str!("../lua/unlock.lua"));
 }
 
 impl Locker {
@@ -176,6 +183,11 @@ impl Locker {
             Conn::Ours(c) => Locker::Ours(c.lock(name)),
             Conn::Rslock(m) => Locker::Rslock(m.clone(), name.as_bytes().to_vec()),
             Conn::Raw(c) if name.starts_with("limit") => Locker::Limit(c.clone(), name.into()),
+            Conn::Raw(c) if name.starts_with("scripts") => Locker::Scripts(
+                c.clone(),
+                name.into(),
+                format!("6f1b9c0e-5d8a-4c52-9a4e-3f7d2b1c8e90:{task}"),
+            ),
             Conn::Raw(c) => Locker::Floor {
                 conn: c.clone(),
                 keys: [
@@ -192,7 +204,9 @@ impl Locker {
     async fn acquire(&mut self) -> Held {
         match self {
             Locker::Ours(l) => Held::Ours(l.lock_with_lease(LEASE).await.unwrap()),
-            Locker::Rslock(m, name) => Held::Rslock(m.acquire_no_guard(&*name, LEASE).await.unwrap()),
+            Locker::Rslock(m, name) => {
+                Held::Rslock(m.acquire_no_guard(&*name, LEASE).await.unwrap())
+            }
             Locker::Floor {
                 conn, keys, field, ..
             } => {
@@ -213,6 +227,32 @@ impl Locker {
             Locker::Limit(conn, key) => {
                 let script = TRIVIAL_SCRIPT.with(|s| s.clone());
                 let _: i64 = script.key(&*key).invoke_async(conn).await.unwrap();
+                Held::Raw
+            }
+            Locker::Scripts(conn, name, field) => {
+                let script = OUR_ACQUIRE.with(|s| s.clone());
+                let _: redis::Value = script
+                    .key(&*name)
+                    .key(format!("redisson_lock_token:{{{name}}}"))
+                    .key(format!(
+                        "redisson_acquire_latch:{{{name}}}:0123456789abcdef"
+                    ))
+                    .key(format!("redisson_lock_clients:{{{name}}}"))
+                    .key(format!("redisson_lock_turn:{{{name}}}"))
+                    .key(format!("redisson_lock_turns:{{{name}}}"))
+                    .arg(LEASE.as_millis() as u64)
+                    .arg(&*field)
+                    .arg(20_000)
+                    .arg("1")
+                    .arg("0")
+                    .arg("0")
+                    .arg(10)
+                    .arg("1")
+                    .arg("publish")
+                    .arg("")
+                    .invoke_async(conn)
+                    .await
+                    .unwrap();
                 Held::Raw
             }
         }
@@ -250,6 +290,31 @@ impl Locker {
             (Locker::Limit(conn, key), _) => {
                 let script = TRIVIAL_SCRIPT.with(|s| s.clone());
                 let _: i64 = script.key(&*key).invoke_async(conn).await.unwrap();
+            }
+            (Locker::Scripts(conn, name, field), _) => {
+                let script = OUR_UNLOCK.with(|s| s.clone());
+                let _: redis::Value = script
+                    .key(&*name)
+                    .key(format!("redisson_lock__channel:{{{name}}}"))
+                    .key(format!("redisson_unlock_latch:{{{name}}}:0123456789abcdef"))
+                    .key(format!("redisson_lock_token:{{{name}}}"))
+                    .key(format!("redisson_lock_clients:{{{name}}}"))
+                    .key(format!("redisson_lock_turn:{{{name}}}"))
+                    .key(format!("redisson_lock_turns:{{{name}}}"))
+                    .arg("0")
+                    .arg(0)
+                    .arg(&*field)
+                    .arg(20_000)
+                    .arg("publish")
+                    .arg(1)
+                    .arg("0")
+                    .arg("")
+                    .arg(0)
+                    .arg("0")
+                    .arg(10)
+                    .invoke_async(conn)
+                    .await
+                    .unwrap();
             }
             _ => unreachable!("a hold of another library"),
         }
@@ -307,6 +372,7 @@ async fn run_here(
         let task = first + i;
         let name = match (work.kind, lib) {
             (Kind::W1 | Kind::W2, Lib::Limit) => format!("limit:{task}"),
+            (Kind::W1 | Kind::W2, Lib::Scripts) => format!("scripts:{task}"),
             (Kind::W1 | Kind::W2, _) => format!("shapes:{task}"),
             _ => "shapes:one".to_string(),
         };
@@ -373,6 +439,16 @@ async fn run_here(
     tally
 }
 
+/// This process's CPU time so far (user and system), in clock ticks of 10 ms.
+fn cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime, fields 14 and 15 of the line, are 12th and 13th after the name.
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
 /// What the server did during a run, per `INFO`.
 struct ServerUse {
     scripts: u64,
@@ -381,11 +457,7 @@ struct ServerUse {
 }
 
 async fn server_use(c: &mut ConnectionManager) -> ServerUse {
-    let text: String = redis::cmd("INFO")
-        .arg("all")
-        .query_async(c)
-        .await
-        .unwrap();
+    let text: String = redis::cmd("INFO").arg("all").query_async(c).await.unwrap();
     let mut u = ServerUse {
         scripts: 0,
         commands: 0,
@@ -426,6 +498,8 @@ struct Figures {
     scripts_per_acq: f64,
     commands_per_acq: f64,
     cpu_us_per_acq: f64,
+    /// The client process's CPU per acquisition (in-process shapes only).
+    client_us_per_acq: f64,
     lost: i64,
     overlaps: u64,
 }
@@ -441,7 +515,10 @@ async fn measure(url: &str, lib: Lib, work: Work, shape: Shape, secs: f64) -> Fi
     let mut admin = ConnectionManager::new(redis::Client::open(url).unwrap())
         .await
         .unwrap();
-    let _: () = redis::cmd("FLUSHALL").query_async(&mut admin).await.unwrap();
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
     let _: () = redis::cmd("SET")
         .arg("shapes:counter")
         .arg(0)
@@ -454,6 +531,7 @@ async fn measure(url: &str, lib: Lib, work: Work, shape: Shape, secs: f64) -> Fi
         .await
         .unwrap();
     let before = server_use(&mut admin).await;
+    let ticks = cpu_ticks();
     // Grants per counted unit (task, or process), the longest wait, pair times.
     let (units, longest_us, mut pairs, overlaps) = match shape {
         Shape::Shared | Shape::PerTask => {
@@ -502,7 +580,19 @@ async fn measure(url: &str, lib: Lib, work: Work, shape: Shape, secs: f64) -> Fi
             (units, longest, Vec::new(), overlaps)
         }
     };
+    let client_ticks = cpu_ticks() - ticks;
     let after = server_use(&mut admin).await;
+    if std::env::var("RLOCK_SHAPES_STATS").is_ok() {
+        let text: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        eprintln!("{} {:?} {:?}:", lib.name(), work.kind, shape);
+        for line in text.lines().filter(|l| l.starts_with("cmdstat_")) {
+            eprintln!("  {line}");
+        }
+    }
     let counter: u64 = redis::cmd("GET")
         .arg("shapes:counter")
         .query_async(&mut admin)
@@ -522,6 +612,7 @@ async fn measure(url: &str, lib: Lib, work: Work, shape: Shape, secs: f64) -> Fi
         scripts_per_acq: (after.scripts - before.scripts) as f64 / acq,
         commands_per_acq: (after.commands - before.commands) as f64 / acq,
         cpu_us_per_acq: (after.cpu_s - before.cpu_s) * 1e6 / acq,
+        client_us_per_acq: client_ticks as f64 * 1e4 / acq,
         lost: if work.kind == Kind::W4 {
             total as i64 - counter as i64
         } else {
@@ -583,7 +674,9 @@ fn main() {
     let rtt = rt.block_on(rtt_us(&url));
     println!("round trip (trivial EVALSHA, p50): {rtt:.1} µs; {secs} s per cell");
     println!();
-    println!("| workload | shape | redis-rlock | rslock 0.10 | ratio to rslock | other ratio | met |");
+    println!(
+        "| workload | shape | redis-rlock | rslock 0.10 | ratio to rslock | other ratio | met |"
+    );
     println!("|---|---|---|---|---|---|---|");
     let ms = Duration::from_millis(1);
     let rows: Vec<(&str, Work, Vec<Shape>)> = vec![
@@ -647,6 +740,21 @@ fn main() {
             continue;
         }
         for shape in shapes {
+            if std::env::var("RLOCK_SHAPES_PROFILE").is_ok() {
+                // Only this crate, for a profiler attached to the process.
+                let lib = Lib::parse(&std::env::var("RLOCK_SHAPES_PROFILE").unwrap());
+                let f = rt.block_on(measure(&url, lib, work, shape, secs));
+                println!(
+                    "{label} {} {}: {:.0} µs p50, {:.0}/s; {:.1} µs Redis CPU, {:.1} µs client CPU per acq",
+                    lib.name(),
+                    shape.name(),
+                    f.p50_us,
+                    f.per_sec,
+                    f.cpu_us_per_acq,
+                    f.client_us_per_acq
+                );
+                continue;
+            }
             let ours = rt.block_on(measure(&url, Lib::Ours, work, shape, secs));
             let theirs = rt.block_on(measure(&url, Lib::Rslock, work, shape, secs));
             let frame = match work.kind {
@@ -674,7 +782,8 @@ fn cell(
     frame: Option<&(Figures, Figures)>,
     rtt: f64,
 ) -> String {
-    let show = |f: &Figures| match work.kind {
+    let show = |f: &Figures| {
+        match work.kind {
         Kind::W1 => format!(
             "{:.0} µs per pair; {:.1} scripts, {:.1} commands, {:.1} µs Redis CPU per pair",
             f.p50_us, f.scripts_per_acq, f.commands_per_acq, f.cpu_us_per_acq
@@ -697,6 +806,7 @@ fn cell(
                 format!("; {} overlaps", f.overlaps)
             }
         ),
+    }
     };
     let ratio = if work.kind == Kind::W1 {
         theirs.p50_us / ours.p50_us.max(1e-9)

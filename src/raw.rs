@@ -68,11 +68,17 @@ pub(crate) use turns::{is_turns_channel, leave_line};
 pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     // Redisson tests for any `{`; a `{` that opens no tag (`a{b`) would then leave the
     // prefixed key in another slot, so only a real tag counts here.
-    if has_hash_tag(name.as_bytes()) {
-        format!("{prefix}:{name}")
-    } else {
-        format!("{prefix}:{{{name}}}")
+    // Built by hand: this runs for every call, and `format!` cost several times more.
+    let tagged = has_hash_tag(name.as_bytes());
+    // Room for the braces and a request id's suffix, so that adding it reallocates not.
+    let mut key = String::with_capacity(prefix.len() + name.len() + 3 + 52);
+    key.push_str(prefix);
+    key.push_str(if tagged { ":" } else { ":{" });
+    key.push_str(name);
+    if !tagged {
+        key.push('}');
     }
+    key
 }
 
 /// True when every auxiliary key of `name` hashes to the slot of `name` itself.
@@ -94,13 +100,19 @@ pub fn token_key(name: &str) -> String {
 /// The latch that makes one unlock request idempotent:
 /// `redisson_unlock_latch:{<name>}:<request id>` (Redisson's layout).
 pub(crate) fn latch_key(name: &str, request_id: &str) -> String {
-    format!("{}:{request_id}", prefixed("redisson_unlock_latch", name))
+    suffixed(prefixed("redisson_unlock_latch", name), request_id)
 }
 
 /// The latch that makes one acquire request idempotent (this crate's own key):
 /// `redisson_acquire_latch:{<name>}:<request id>`.
 pub(crate) fn acquire_latch_key(name: &str, request_id: &str) -> String {
-    format!("{}:{request_id}", prefixed("redisson_acquire_latch", name))
+    suffixed(prefixed("redisson_acquire_latch", name), request_id)
+}
+
+fn suffixed(mut key: String, request_id: &str) -> String {
+    key.push(':');
+    key.push_str(request_id);
+    key
 }
 
 /// A fresh request id, unique across processes: a random prefix drawn once per process,
@@ -214,9 +226,9 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
             .key(call.name)
             .key(call.token_key)
             .key(call.latch)
-            .key(clients_key(call.name))
-            .key(turn_key(call.name))
-            .key(turns_channel(call.name))
+            .key_prefixed(turns::CLIENTS, call.name)
+            .key_prefixed(turns::TURN, call.name)
+            .key_prefixed(turns::TURNS, call.name)
             .arg(ms(call.lease))
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))
@@ -371,9 +383,9 @@ fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .key(call.channel)
         .key(call.latch)
         .key(call.token_key)
-        .key(clients_key(call.name))
-        .key(turn_key(call.name))
-        .key(turns_channel(call.name))
+        .key_prefixed(turns::CLIENTS, call.name)
+        .key_prefixed(turns::TURN, call.name)
+        .key_prefixed(turns::TURNS, call.name)
         .arg(UNLOCK_MESSAGE)
         .arg(call.keep.map(ms).unwrap_or(0))
         .arg(call.field)

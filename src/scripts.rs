@@ -30,8 +30,9 @@ impl LuaScript {
     pub(crate) fn call(&'static self) -> ScriptCall {
         ScriptCall {
             script: self,
-            keys: Vec::new(),
-            args: Vec::new(),
+            data: Vec::with_capacity(256),
+            ends: Vec::with_capacity(20),
+            keys: 0,
         }
     }
 }
@@ -157,21 +158,99 @@ pub(crate) static RW_FORCE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
 
 /// Keys and arguments for one script call. Owns its data so the call can outlive the
 /// caller's future (a request finished in the background after its caller left).
+///
+/// Keys and arguments are packed into one buffer (two allocations per call, not one per
+/// item): a lock call has up to 18 of them, and building them was a tenth of the
+/// client's instructions per lock and unlock pair.
 pub(crate) struct ScriptCall {
     script: &'static LuaScript,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    /// The keys, then the arguments, back to back.
+    data: Vec<u8>,
+    /// Where each item ends in `data`.
+    ends: Vec<usize>,
+    keys: usize,
+}
+
+/// Lets `ToRedisArgs` values write themselves into a [`ScriptCall`]'s buffer.
+struct Items<'a> {
+    data: &'a mut Vec<u8>,
+    ends: &'a mut Vec<usize>,
+}
+
+impl redis::RedisWrite for Items<'_> {
+    fn write_arg(&mut self, arg: &[u8]) {
+        self.data.extend_from_slice(arg);
+        self.ends.push(self.data.len());
+    }
+
+    fn write_arg_fmt(&mut self, arg: impl std::fmt::Display) {
+        use std::io::Write;
+        let _ = write!(self.data, "{arg}");
+        self.ends.push(self.data.len());
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        NextItem(self)
+    }
+}
+
+/// One item written piecemeal; it ends where the writer is dropped.
+struct NextItem<'a, 'b>(&'a mut Items<'b>);
+
+impl std::io::Write for NextItem<'_, '_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.data.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for NextItem<'_, '_> {
+    fn drop(&mut self) {
+        self.0.ends.push(self.0.data.len());
+    }
 }
 
 impl ScriptCall {
     pub(crate) fn key(mut self, key: impl AsRef<[u8]>) -> Self {
-        self.keys.push(key.as_ref().to_vec());
+        debug_assert_eq!(self.keys, self.ends.len(), "keys go before arguments");
+        self.data.extend_from_slice(key.as_ref());
+        self.ends.push(self.data.len());
+        self.keys += 1;
+        self
+    }
+
+    /// The key `<prefix>:{<name>}` (or `<prefix>:<name>` when `name` has a hash tag), as
+    /// [`crate::raw::prefixed`] spells it, written without a `String` of its own.
+    pub(crate) fn key_prefixed(mut self, prefix: &str, name: &str) -> Self {
+        debug_assert_eq!(self.keys, self.ends.len(), "keys go before arguments");
+        let tagged = crate::slot::has_hash_tag(name.as_bytes());
+        self.data.extend_from_slice(prefix.as_bytes());
+        self.data
+            .extend_from_slice(if tagged { b":" } else { b":{" });
+        self.data.extend_from_slice(name.as_bytes());
+        if !tagged {
+            self.data.push(b'}');
+        }
+        self.ends.push(self.data.len());
+        self.keys += 1;
         self
     }
 
     pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
-        arg.write_redis_args(&mut self.args);
+        arg.write_redis_args(&mut Items {
+            data: &mut self.data,
+            ends: &mut self.ends,
+        });
         self
+    }
+
+    fn items(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(self.ends.iter()).map(|(a, &b)| &self.data[a..b])
     }
 
     fn command(&self, by_sha: bool) -> Cmd {
@@ -184,20 +263,31 @@ impl ScriptCall {
             c.arg(self.script.source);
             c
         };
-        cmd.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+        cmd.arg(self.keys);
+        for item in self.items() {
+            cmd.arg(item);
+        }
         cmd
+    }
+
+    /// The first key: where a cluster routes the call.
+    fn first_key(&self) -> &[u8] {
+        match self.keys {
+            0 => &[],
+            _ => &self.data[..self.ends[0]],
+        }
     }
 
     /// Sends the call by SHA, falling back to the full source on `NOSCRIPT`; followed
     /// by the replica sync `WAIT` on the same connection when sync is on.
     pub(crate) async fn run(self, conn: &Conn) -> RedisResult<(Value, Synced)> {
-        let key = self.keys.first().cloned().unwrap_or_default();
+        let key = self.first_key();
         match conn
-            .query_synced(&self.command(true), &key, self.script.wrote)
+            .query_synced(&self.command(true), key, self.script.wrote)
             .await
         {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                conn.query_synced(&self.command(false), &key, self.script.wrote)
+                conn.query_synced(&self.command(false), key, self.script.wrote)
                     .await
             }
             other => other,
@@ -208,6 +298,30 @@ impl ScriptCall {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_packs_its_keys_and_arguments_in_order() {
+        let call = ACQUIRE
+            .call()
+            .key("a")
+            .key_prefixed("p", "n")
+            .key_prefixed("p", "x{t}y")
+            .arg(7u64)
+            .arg("")
+            .arg(&["u", "v"][..]);
+        let items: Vec<&[u8]> = call.items().collect();
+        let want: [&[u8]; 6] = [b"a", b"p:{n}", b"p:x{t}y", b"7", b"", b"u"];
+        assert_eq!(&items[..6], &want[..]);
+        assert_eq!(items[6], b"v");
+        assert_eq!(call.keys, 3);
+        assert_eq!(call.first_key(), b"a");
+        assert_eq!(crate::raw::prefixed("p", "x{t}y"), "p:x{t}y");
+        assert_eq!(crate::raw::prefixed("p", "n"), "p:{n}");
+        let packed = call.command(true).get_packed_command();
+        let text = String::from_utf8(packed).unwrap();
+        assert!(text.starts_with("*10\r\n$7\r\nEVALSHA\r\n"), "{text}");
+        assert!(text.contains("\r\n$1\r\n3\r\n$1\r\na\r\n"), "{text}");
+    }
 
     #[test]
     fn hashes_are_sha1_hex() {

@@ -9,20 +9,24 @@ use crate::error::{Error, Result};
 /// The clients of this crate waiting for the lock `name`, oldest first (one entry per
 /// client id): `redisson_lock_clients:{<name>}`. Ours; Redisson has no such key.
 pub fn clients_key(name: &str) -> String {
-    prefixed("redisson_lock_clients", name)
+    prefixed(CLIENTS, name)
 }
+
+pub(crate) const CLIENTS: &str = "redisson_lock_clients";
+pub(crate) const TURN: &str = "redisson_lock_turn";
+pub(crate) const TURNS: &str = "redisson_lock_turns";
 
 /// The client whose turn it is to take the lock `name` after a published release:
 /// `redisson_lock_turn:{<name>}`. Ours; Redisson has no such key.
 pub fn turn_key(name: &str) -> String {
-    prefixed("redisson_lock_turn", name)
+    prefixed(TURN, name)
 }
 
 /// This crate's channel on which a published release names the client whose turn it
 /// is, just before the unlock message, and a grant that used a turn says `taken`:
 /// `redisson_lock_turns:{<name>}`. Ours; Redisson never subscribes to it.
 pub fn turns_channel(name: &str) -> String {
-    prefixed("redisson_lock_turns", name)
+    prefixed(TURNS, name)
 }
 
 /// Whether `channel` is a turns channel (see [`turns_channel`]).
