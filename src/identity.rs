@@ -159,7 +159,12 @@ thread_local! {
 
 /// The hash field for `owner` under client `client_id`.
 pub(crate) fn holder_field(client_id: &str, owner: OwnerId) -> String {
-    format!("{client_id}:{owner}")
+    use std::fmt::Write;
+    let mut field = String::with_capacity(client_id.len() + 24);
+    field.push_str(client_id);
+    field.push(':');
+    let _ = write!(field, "{owner}");
+    field
 }
 
 #[cfg(test)]

@@ -254,16 +254,13 @@ impl ScriptCall {
     }
 
     fn command(&self, by_sha: bool) -> Cmd {
-        let mut cmd = if by_sha {
-            let mut c = redis::cmd("EVALSHA");
-            c.arg(&self.script.sha);
-            c
-        } else {
-            let mut c = redis::cmd("EVAL");
-            c.arg(self.script.source);
-            c
+        let (verb, body) = match by_sha {
+            true => ("EVALSHA", self.script.sha.as_str()),
+            false => ("EVAL", self.script.source),
         };
-        cmd.arg(self.keys);
+        // Sized once: growing it item by item reallocated about as often as it wrote.
+        let mut cmd = Cmd::with_capacity(self.ends.len() + 3, self.data.len() + body.len() + 16);
+        cmd.arg(verb).arg(body).arg(self.keys);
         for item in self.items() {
             cmd.arg(item);
         }
