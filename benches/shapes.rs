@@ -139,7 +139,17 @@ enum Conn {
 
 async fn connect(lib: Lib, url: &str) -> Conn {
     match lib {
-        Lib::Ours => Conn::Ours(redis_rlock::Client::connect(url).await.unwrap()),
+        Lib::Ours => {
+            let mut b = redis_rlock::Client::builder(url);
+            // Knobs for experiments; the table uses the defaults.
+            if let Ok(ms) = std::env::var("RLOCK_HANDOVER_WINDOW_MS") {
+                b = b.handover_window(Duration::from_millis(ms.parse().unwrap()));
+            }
+            if let Ok(ms) = std::env::var("RLOCK_TURN_WINDOW_MS") {
+                b = b.turn_window(Duration::from_millis(ms.parse().unwrap()));
+            }
+            Conn::Ours(b.build().await.unwrap())
+        }
         Lib::Rslock => Conn::Rslock(Arc::new(rslock::LockManager::new(vec![url.to_string()]))),
         Lib::Floor | Lib::Limit | Lib::Scripts => Conn::Raw(
             ConnectionManager::new(redis::Client::open(url).unwrap())
@@ -393,6 +403,15 @@ async fn run_here(
                     overlaps.fetch_add(1, Ordering::Relaxed);
                 }
                 grants += 1;
+                if waited.as_micros() as u64 > longest
+                    && std::env::var("RLOCK_SHAPES_WHERE").is_ok()
+                {
+                    eprintln!(
+                        "task {task}: waited {:?}, grant {grants}, {:?} before the end",
+                        waited,
+                        until - Instant::now()
+                    );
+                }
                 longest = longest.max(waited.as_micros() as u64);
                 if work.kind == Kind::W4 {
                     let v: Option<u64> = redis::cmd("GET")
@@ -745,13 +764,16 @@ fn main() {
                 let lib = Lib::parse(&std::env::var("RLOCK_SHAPES_PROFILE").unwrap());
                 let f = rt.block_on(measure(&url, lib, work, shape, secs));
                 println!(
-                    "{label} {} {}: {:.0} µs p50, {:.0}/s; {:.1} µs Redis CPU, {:.1} µs client CPU per acq",
+                    "{label} {} {}: {:.0} µs p50, {:.0}/s; {:.1} µs Redis CPU, {:.1} µs client CPU, {:.1} scripts per acq; max/min {:.2}, longest wait {:.1} cycles",
                     lib.name(),
                     shape.name(),
                     f.p50_us,
                     f.per_sec,
                     f.cpu_us_per_acq,
-                    f.client_us_per_acq
+                    f.client_us_per_acq,
+                    f.scripts_per_acq,
+                    f.fairness,
+                    f.longest_cycles
                 );
                 continue;
             }

@@ -21,9 +21,14 @@
 --          turn for this long, and names it on KEYS[7] just before the unlock message
 --          (so other clients' waiters can let it go first without asking); '0' leaves
 --          KEYS[5] and KEYS[6] alone
+-- ARGV[12] '1' when the hand-over to ARGV[8] should give way to another client waiting
+--          in KEYS[5] (this client has handed over several times in a row): the release
+--          is then published with that client's turn, and this client, which still has
+--          waiters, goes to the back of the line
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
--- released and published, {2, token} when it was handed over to ARGV[8] (with a new
--- fencing token for a fenced lock, 0 for a plain one). A partial release latches '0' and
+-- released and published, 3 when it was published because the hand-over gave way (see
+-- ARGV[12]), {2, token} when it was handed over to ARGV[8] (with a new fencing token for
+-- a fenced lock, 0 for a plain one). A partial release latches '0' and
 -- a hand-over 'h<token>'; a full release that published latches nothing: a retry finds
 -- the field gone, which the client reads as "released".
 if ARGV[7] == '1' then
@@ -48,7 +53,20 @@ if count > n then
     redis.call('set', KEYS[3], 0, 'px', ARGV[4])
     return 0
 end
-if ARGV[8] ~= '' then
+local turns = tonumber(ARGV[11] or '0') > 0
+local gave_way = false
+if ARGV[8] ~= '' and ARGV[12] == '1' and turns then
+    local me = string.sub(ARGV[3], 1, 36)
+    local first = redis.call('lrange', KEYS[5], 0, 1)
+    if (first[1] and first[1] ~= me) or first[2] then
+        -- Another client waits: its turn comes before this client's next hand-over.
+        if redis.call('lrem', KEYS[5], 1, me) > 0 then
+            redis.call('rpush', KEYS[5], me)
+        end
+        gave_way = true
+    end
+end
+if ARGV[8] ~= '' and not gave_way then
     -- For a fenced lock INCR first: it is the one call that can fail (see acquire.lua),
     -- and a script is not rolled back. A counter that cannot fence the next holder makes
     -- this a published release instead; the waiter's own acquire then reports it.
@@ -77,7 +95,7 @@ if ARGV[8] ~= '' then
     end
 end
 local next_client = false
-if tonumber(ARGV[11] or '0') > 0 then
+if turns then
     next_client = redis.call('lindex', KEYS[5], 0)
 end
 -- The turn is named before the unlock message, on a channel of this crate's own (a
@@ -97,5 +115,8 @@ redis.call('del', KEYS[1])
 if next_client then
     redis.call('lpop', KEYS[5])
     redis.call('set', KEYS[6], next_client, 'px', ARGV[11])
+end
+if gave_way then
+    return 3
 end
 return 1

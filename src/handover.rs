@@ -41,6 +41,13 @@ pub const DEFAULT_HANDOVER_LIMIT: u32 = 256;
 /// how long a run of hand-overs on one name may last.
 pub const DEFAULT_HANDOVER_WINDOW: Duration = Duration::from_millis(5);
 
+/// Hand-overs in a row after which the next one gives way to another client of this
+/// crate waiting in the lock's line (`docs/protocol.md` 2.6): that client's turn comes
+/// first, and this client's waiters follow it. Runs between clients then take turns, so
+/// processes share a busy lock evenly, while a run of a few grants keeps most hand-offs
+/// inside one process, where they are cheap.
+pub(crate) const GIVE_WAY_AFTER: u32 = 4;
+
 /// The hand-over policy of one client, over the queues of its table.
 pub(crate) struct Handover {
     table: Arc<Table>,
@@ -93,9 +100,10 @@ impl Handover {
         if queue.streak == 0 {
             queue.streak_began = Some(now);
         }
+        let gives_way = queue.streak >= GIVE_WAY_AFTER;
         queue.streak += 1;
         *ticket.state.lock() = State::Offered;
-        Some(Offer::To(ticket))
+        Some(Offer::To(ticket, gives_way))
     }
 
     /// An offer of `name` was not handed over after all (the release was partial, or
@@ -106,6 +114,14 @@ impl Handover {
             if q.streak == 0 {
                 q.streak_began = None;
             }
+        });
+    }
+
+    /// A release gave way to another client: the next run of hand-overs starts afresh.
+    pub(crate) fn gave_way(&self, name: &Arc<str>) {
+        self.table.with_queue(name, |q| {
+            q.streak = 0;
+            q.streak_began = None;
         });
     }
 
@@ -221,6 +237,10 @@ impl Waiter {
             State::Unsure => {
                 *s = State::Free;
                 Woke::Unsure
+            }
+            State::Passed => {
+                *s = State::Free;
+                Woke::Passed
             }
             State::Free | State::Gone | State::Abandoned => Woke::Free,
         }

@@ -26,6 +26,9 @@ pub(crate) enum State {
     /// knowing it, so its next acquire asks Redis to adopt such a hold (the retry branch
     /// of `lua/acquire.lua`) instead of taking a second one.
     Unsure,
+    /// The unlock gave way to another client's turn instead of handing over: the waiter
+    /// sleeps on without an attempt of its own.
+    Passed,
     /// The waiter left; a grant arriving now is the unlocker's to release.
     Gone,
     /// The waiter stopped waiting for an offer that was not settled in time (see
@@ -80,6 +83,11 @@ impl Ticket {
         self.settle(State::Free);
     }
 
+    /// The unlock gave way to another client's turn (see [`State::Passed`]).
+    pub(crate) fn pass(&self) {
+        self.settle(State::Passed);
+    }
+
     /// The unlock failed, and may have handed over before it did (see `State::Unsure`).
     /// A waiter that has left by now may hold a lock it never learns of: that hold ends
     /// with its lease.
@@ -127,8 +135,9 @@ impl Queue {
 
 /// What an unlock should do with the lock on a full release.
 pub(crate) enum Offer {
-    /// Hand it to this waiter.
-    To(Arc<Ticket>),
+    /// Hand it to this waiter; `true`: unless another client waits in line, whose turn
+    /// then comes first (`docs/protocol.md` 2.6).
+    To(Arc<Ticket>, bool),
     /// Publish: this client has nobody waiting.
     Publish,
     /// Publish, ending a streak of hand-overs while this client still has waiters.
@@ -147,4 +156,6 @@ pub(crate) enum Woke {
     /// The unlock failed after it may have handed over: acquire, adopting a hold that
     /// may already be there (see `State::Unsure`).
     Unsure,
+    /// The unlock gave way to another client's turn: sleep on (see `State::Passed`).
+    Passed,
 }

@@ -159,6 +159,9 @@ pub(crate) enum Release {
     /// The last hold released and the lock given to the waiter named in the call, with
     /// this fencing token (0 for a plain lock); nothing was published.
     HandedOver { token: u64 },
+    /// Released and published instead of handed over: another client waited in line,
+    /// and the call said to give way to it.
+    GaveWay,
 }
 
 fn ms(d: Duration) -> u128 {
@@ -318,6 +321,7 @@ async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         fenced: call.fenced,
         kind: call.kind,
         turn_window: Duration::ZERO,
+        gives_way: false,
     };
     match release(conn, &undo).await {
         Ok(r) => {
@@ -351,6 +355,8 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) kind: Kind,
     /// How long a published release keeps the lock for the next client in line.
     pub(crate) turn_window: Duration,
+    /// Whether the hand-over to `next` gives way to another client waiting in line.
+    pub(crate) gives_way: bool,
 }
 
 pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Release> {
@@ -375,6 +381,8 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         UnlockReply::NotHeld => Ok(Release::NotHeld),
         UnlockReply::StillHeld => Ok(Release::StillHeld),
         UnlockReply::Released => Ok(Release::Released),
+        UnlockReply::GaveWay if call.next.is_some() => Ok(Release::GaveWay),
+        UnlockReply::GaveWay => Err(unexpected("unlock", &reply)),
         UnlockReply::HandedOver(token) if token_ok(call.fenced, token) && call.next.is_some() => {
             Ok(Release::HandedOver {
                 token: token as u64,
@@ -406,6 +414,7 @@ fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
         .arg(flag(call.fenced))
         .arg(ms(call.turn_window))
+        .arg(flag(call.gives_way))
 }
 
 /// Renews a batch of `(name, field)` pairs; `true` where the lease was extended.
@@ -483,34 +492,4 @@ pub(crate) async fn query(conn: &Conn, name: &str, cmd: redis::Cmd) -> Result<Va
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn request_ids_are_the_prefix_and_a_hex_count() {
-        let a = request_id();
-        let b = request_id();
-        let (pa, na) = a.rsplit_once('-').unwrap();
-        let (pb, nb) = b.rsplit_once('-').unwrap();
-        assert_eq!(pa, pb);
-        assert_eq!(pa.len(), 32);
-        let (na, nb) = (
-            u64::from_str_radix(na, 16).unwrap(),
-            u64::from_str_radix(nb, 16).unwrap(),
-        );
-        assert!(nb > na, "{a} then {b}");
-        assert_eq!(format!("{pa}-{na:x}"), a);
-    }
-
-    #[test]
-    fn channel_follows_redisson_layout() {
-        assert_eq!(
-            channel_name("orders:42"),
-            "redisson_lock__channel:{orders:42}"
-        );
-        assert_eq!(
-            channel_name("{user1}:cart"),
-            "redisson_lock__channel:{user1}:cart"
-        );
-    }
-}
+mod tests;

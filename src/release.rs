@@ -46,6 +46,15 @@ impl Offered {
     }
 }
 
+impl Offered {
+    /// The release gave way to another client's turn: nothing was handed over, and the
+    /// waiter goes back to sleep without asking Redis (it would only hear "not your turn").
+    fn pass(&mut self) {
+        self.settled = true;
+        self.ticket.pass();
+    }
+}
+
 impl Drop for Offered {
     fn drop(&mut self) {
         if !self.settled {
@@ -94,14 +103,14 @@ pub(crate) async fn release_hold(
             inner.handover.pick(q)
         });
     match plan.unwrap_or(Offer::Publish) {
-        Offer::To(ticket) => {
+        Offer::To(ticket, gives_way) => {
             let offer = Offered {
                 ticket,
                 inner: inner.clone(),
                 name: hold.name.clone(),
                 settled: false,
             };
-            send_release(inner, hold, keep, holds, Some(offer), false).await
+            send_release(inner, hold, keep, holds, Some((offer, gives_way)), false).await
         }
         Offer::EndStreak => send_release(inner, hold, keep, holds, None, true).await,
         Offer::Publish => send_release(inner, hold, keep, holds, None, false).await,
@@ -116,9 +125,13 @@ async fn send_release(
     hold: &Hold,
     keep: Option<Duration>,
     holds: u32,
-    mut offer: Option<Offered>,
+    offer: Option<(Offered, bool)>,
     ends_streak: bool,
 ) -> Result<Release> {
+    let (mut offer, gives_way) = match offer {
+        Some((o, gives_way)) => (Some(o), gives_way),
+        None => (None, false),
+    };
     let sent = Instant::now();
     let latch = raw::latch_key(&hold.name, &raw::request_id());
     let mut call = ReleaseCall {
@@ -136,6 +149,7 @@ async fn send_release(
         fenced: hold.fenced || offer.as_ref().is_some_and(|o| o.ticket.fenced),
         kind: hold.kind,
         turn_window: inner.config.turn_window,
+        gives_way,
     };
     let mut attempt = 0;
     let outcome = loop {
@@ -183,12 +197,20 @@ async fn send_release(
                     );
                 }
             }
+            Ok(Release::GaveWay) => {
+                // The waiter sleeps on, in its place, until its client's turn comes.
+                o.pass();
+                inner.handover.gave_way(&hold.name);
+            }
             Ok(_) => o.withdraw(false),
             // Maybe it ran: the waiter adopts what it may have been given.
             Err(_) => o.withdraw(true),
         }
     }
-    outcome
+    match outcome {
+        Ok(Release::GaveWay) => Ok(Release::Released),
+        other => other,
+    }
 }
 
 /// What `Client::shutdown` does: closes the client to new work, releases every hold,

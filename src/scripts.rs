@@ -223,8 +223,8 @@ impl ScriptCall {
         self
     }
 
-    /// The key `<prefix>:{<name>}` (or `<prefix>:<name>` when `name` has a hash tag), as
-    /// [`crate::raw::prefixed`] spells it, written without a `String` of its own.
+    /// The key `<prefix>:{<name>}`, or `<prefix>:<name>` when `name` has a hash tag
+    /// (Redisson's `prefixName`), written without a `String` of its own.
     pub(crate) fn key_prefixed(mut self, prefix: &str, name: &str) -> Self {
         debug_assert_eq!(self.keys, self.ends.len(), "keys go before arguments");
         let tagged = crate::slot::has_hash_tag(name.as_bytes());
@@ -312,8 +312,6 @@ mod tests {
         assert_eq!(items[6], b"v");
         assert_eq!(call.keys, 3);
         assert_eq!(call.first_key(), b"a");
-        assert_eq!(crate::raw::prefixed("p", "x{t}y"), "p:x{t}y");
-        assert_eq!(crate::raw::prefixed("p", "n"), "p:{n}");
         let packed = call.command(true).get_packed_command();
         let text = String::from_utf8(packed).unwrap();
         assert!(text.starts_with("*10\r\n$7\r\nEVALSHA\r\n"), "{text}");

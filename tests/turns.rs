@@ -422,3 +422,57 @@ async fn a_busy_answer_that_came_too_late_takes_its_client_out_of_the_line() {
     );
     held.unlock().await.unwrap();
 }
+
+/// A client whose tasks hand the lock to each other gives way, after a few hand-overs
+/// in a row, to another client waiting in line: that client does not wait out the
+/// whole run (256 hand-overs, or the client's hand-over window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_hand_overs_gives_way_to_another_client_in_line() {
+    let s = RedisServer::start();
+    let a = Client::builder(s.url())
+        .handover_window(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let b = client(&s, redis_rlock::DEFAULT_TURN_WINDOW).await;
+    let name = "tn:give";
+    let grants = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let (lock, grants, stop) = (a.lock(name), grants.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            // Bounded: the test stops it, or 20 s do.
+            let until = Instant::now() + Duration::from_secs(20);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                let g = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
+                grants.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                g.unlock().await.unwrap();
+            }
+        }));
+    }
+    while grants.load(Ordering::Relaxed) < 20 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut behind = Vec::new();
+    for _ in 0..5 {
+        let before = grants.load(Ordering::Relaxed);
+        let g = tokio::time::timeout(Duration::from_secs(5), b.lock(name).lock())
+            .await
+            .expect("b got the lock within 5 s")
+            .unwrap();
+        behind.push(grants.load(Ordering::Relaxed) - before);
+        g.unlock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // A few hand-overs before a gives way, and what was in flight when b asked.
+    assert!(
+        behind.iter().all(|&n| n <= 12),
+        "grants of a while b waited, per round: {behind:?}"
+    );
+}

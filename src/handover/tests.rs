@@ -13,7 +13,7 @@ fn hub_with(limit: u32, window: Duration) -> Arc<Handover> {
 
 fn to(o: Offer) -> Arc<Ticket> {
     match o {
-        Offer::To(t) => t,
+        Offer::To(t, _) => t,
         _ => panic!("expected an offer"),
     }
 }

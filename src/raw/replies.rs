@@ -51,6 +51,8 @@ pub(super) enum UnlockReply {
     Released,
     /// `{2, token}`.
     HandedOver(i64),
+    /// `3`.
+    GaveWay,
 }
 
 impl FromRedisValue for UnlockReply {
@@ -71,6 +73,7 @@ impl FromRedisValue for UnlockReply {
             other => match i64::from_redis_value(other)? {
                 0 => Ok(UnlockReply::StillHeld),
                 1 => Ok(UnlockReply::Released),
+                3 => Ok(UnlockReply::GaveWay),
                 n => Err(ParsingError::from(format!("unlock script answered {n}"))),
             },
         }

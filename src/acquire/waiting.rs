@@ -1,0 +1,249 @@
+//! One waiting acquisition from step to step: an attempt and what its answer means, a
+//! sleep and what woke it (a release heard, a hand-over, the bound), and its place in
+//! the client's hand-over queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::attempt::Tried;
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::handover::Waiter;
+use crate::identity::OwnerId;
+use crate::line::InLine;
+use crate::pubsub::Subscription;
+use crate::queue::Woke;
+use crate::raw;
+use crate::release::release_detached;
+use crate::services::ClientInner;
+use crate::stats::Event;
+use crate::target::{Hold, Kind, Target};
+
+/// How long an acquisition may wait.
+#[derive(Clone, Copy)]
+pub(crate) enum Wait {
+    /// One attempt.
+    No,
+    /// Until this instant (`None`: forever).
+    Until(Option<Instant>),
+}
+
+/// Where a waiting acquisition stands.
+pub(super) enum Step {
+    /// Ask Redis.
+    Attempt,
+    /// Sleep until woken, offered the lock, or `ttl` (capped by the deadline) has
+    /// passed. `lease_ends`: when the holder's lease ends, as the last busy reply said.
+    Sleep {
+        ttl: Option<Duration>,
+        lease_ends: Option<Instant>,
+    },
+    /// Finished: the guard, out of time (`None`), or an error.
+    Done(Result<Option<LockGuard>>),
+}
+
+/// What a waiting acquisition keeps from one step to the next.
+pub(super) struct Waiting<'a> {
+    pub(super) target: &'a Target,
+    pub(super) owner: OwnerId,
+    pub(super) field: Arc<str>,
+    pub(super) lease: Option<Duration>,
+    pub(super) wait: Wait,
+    pub(super) deadline: Option<Instant>,
+    pub(super) started: Instant,
+    pub(super) sub: Subscription,
+    pub(super) queued: Queued,
+    /// Start of the current run of transient errors, if in one.
+    pub(super) failing_since: Option<Instant>,
+    /// A failed unlock may have handed this task the lock: the next attempt adopts
+    /// such a hold instead of taking a second one. Over once an attempt is answered.
+    pub(super) adopt: bool,
+    pub(super) line: InLine<'a>,
+}
+
+impl Target {
+    /// Joins the channel on which this lock's releases are heard (a fair lock's waiter:
+    /// its own, on which it hears that it is first in line).
+    pub(super) fn subscription(&self, field: &str) -> Subscription {
+        let pubsub = &self.inner().pubsub;
+        match self.kind {
+            Kind::Fair => {
+                let channel = raw::waiter_channel(&self.name, field).into();
+                pubsub.subscribe(&channel, None, &self.name)
+            }
+            Kind::Plain if !self.inner().config.turn_window.is_zero() => {
+                let turns = raw::turns_channel(&self.name).into();
+                pubsub.subscribe(&self.channel, Some(&turns), &self.name)
+            }
+            _ => pubsub.subscribe(&self.channel, None, &self.name),
+        }
+    }
+}
+
+impl Waiting<'_> {
+    pub(super) async fn attempt(&mut self) -> Step {
+        let target = self.target;
+        let tried = target
+            .attempt_within(
+                self.owner,
+                &self.field,
+                self.lease,
+                self.adopt,
+                self.wait,
+                self.line.joined(),
+            )
+            .await;
+        match tried {
+            Ok(None) => {
+                tracing::debug!(waited = ?self.started.elapsed(), "wait ran out during an attempt");
+                Step::Done(Ok(None))
+            }
+            Ok(Some(Tried::Held(guard))) => {
+                self.line.granted_by_redis = true;
+                self.sub.wake_used();
+                tracing::debug!(waited = ?self.started.elapsed(), "acquired after waiting");
+                Step::Done(Ok(Some(guard)))
+            }
+            Ok(Some(answered)) => {
+                self.sub.wake_used();
+                self.adopt = false;
+                self.failing_since = None;
+                match answered {
+                    Tried::Busy(ttl) => {
+                        self.line.busy();
+                        Step::Sleep {
+                            ttl,
+                            lease_ends: ttl.map(|t| Instant::now() + t),
+                        }
+                    }
+                    // Given back already; try again as soon as the holder's lease allows.
+                    _ => Step::Sleep {
+                        ttl: Some(Duration::ZERO),
+                        lease_ends: None,
+                    },
+                }
+            }
+            Err(e) if e.is_transient() => {
+                // A waiter rides out a failover or reconnect: the lock it waits for is
+                // still there, on whichever node serves it next.
+                let since = *self.failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= target.inner().config.retry_window {
+                    return Step::Done(Err(e));
+                }
+                tracing::debug!(error = %e, "transient error while waiting; retrying");
+                let pause = Duration::from_millis(50)
+                    .max(since.elapsed() / 4)
+                    .min(Duration::from_millis(500));
+                Step::Sleep {
+                    ttl: Some(pause),
+                    lease_ends: None,
+                }
+            }
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    pub(super) async fn sleep(
+        &mut self,
+        ttl: Option<Duration>,
+        lease_ends: Option<Instant>,
+    ) -> Step {
+        let target = self.target;
+        let Some(bound) = target.bound(ttl, self.deadline) else {
+            tracing::debug!(waited = ?self.started.elapsed(), "wait ran out");
+            return Step::Done(Ok(None));
+        };
+        // Asleep, this task may be handed the lock by an unlock of this client.
+        self.queued.waiter.park(lease_ends);
+        tokio::select! {
+            _ = self.sub.woken(bound) => {}
+            _ = self.queued.waiter.picked() => {}
+            _ = target.inner().closed.wait() => {}
+        }
+        let woke = match self.queued.waiter.unpark() {
+            Woke::Offered => {
+                // The unlock's reply settles it within the unlock's own timeouts, as long
+                // as its future is polled; past those, this task stops waiting.
+                let bound = target.inner().offer_bound();
+                let left = self
+                    .deadline
+                    .map(|d| d.saturating_duration_since(Instant::now()));
+                let limit = left.map_or(bound, |l| l.min(bound));
+                match tokio::time::timeout(limit, self.queued.waiter.outcome()).await {
+                    Ok(w) => w,
+                    // Dropping `queued` leaves the offer to the unlocker, which releases
+                    // the hold if it was granted.
+                    Err(_) if left.is_some_and(|l| l <= bound) => return Step::Done(Ok(None)),
+                    // Only when the unlock's future is not being polled: this task
+                    // acquires on its own (see `Waiter::abandon_offer`), adopting the
+                    // grant if it is there by now.
+                    Err(_) => match self.queued.waiter.abandon_offer() {
+                        Woke::Free => Woke::Unsure,
+                        w => w,
+                    },
+                }
+            }
+            w => w,
+        };
+        let grant = match woke {
+            Woke::Granted(g) => g,
+            Woke::Unsure => {
+                self.adopt = true;
+                return Step::Attempt;
+            }
+            Woke::Free | Woke::Offered => return Step::Attempt,
+            // Another client's turn came first; this client's own turn, or a hand-over
+            // from it, wakes this task. The turn's lapse, heard on the turns channel,
+            // wakes it too, so the bound is only a backstop.
+            Woke::Passed => {
+                return Step::Sleep {
+                    ttl: Some(target.inner().config.watchdog_timeout),
+                    lease_ends: None,
+                }
+            }
+        };
+        self.sub.wake_used();
+        target
+            .inner()
+            .stats
+            .count(Event::HandedOver(grant.sent.elapsed()));
+        let granted = self.lease.unwrap_or(target.inner().config.watchdog_timeout);
+        if grant.sent + granted <= Instant::now() {
+            // As for an acquire answered too late: a guard would be lost on arrival. The
+            // hold is given back and the wait goes on.
+            tracing::debug!(
+                token = grant.token,
+                "hand-over arrived after its lease ran out"
+            );
+            release_detached(target.inner().clone(), target.hold(&self.field));
+            return Step::Attempt;
+        }
+        tracing::debug!(waited = ?self.started.elapsed(), token = grant.token, "lock handed over");
+        Step::Done(Ok(Some(target.held(
+            target.hold(&self.field),
+            self.owner,
+            self.lease,
+            grant.sent,
+            grant.token,
+        ))))
+    }
+}
+
+/// A waiter's place in the hand-over queue, for as long as it waits.
+pub(super) struct Queued {
+    pub(super) waiter: Waiter,
+    pub(super) inner: Arc<ClientInner>,
+    pub(super) hold: Hold,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        // A grant that arrived after the waiter stopped looking is still a hold in Redis.
+        if let Some(g) = self.waiter.leave() {
+            tracing::debug!(lock = %self.hold.name, token = g.token, "releasing a hand-over nobody took");
+            release_detached(self.inner.clone(), self.hold.clone());
+        }
+    }
+}
