@@ -143,13 +143,15 @@ impl Target {
                             {
                                 // The client shut down meanwhile, and released what it
                                 // held: this hold would be nobody's.
-                                undo_grant(&inner, &hold).await;
+                                // Boxed, as rare: inline it would double the size
+                                // of every acquire's future.
+                                Box::pin(undo_grant(&inner, &hold)).await;
                                 return Err(Error::Closed);
                             }
                             if matches!(&other, Err(e) if e.may_have_run()) && fresh {
                                 // The last send may have granted what nobody will hold: a
                                 // first hold is the field itself, so giving it back is safe.
-                                undo_grant(&inner, &hold).await;
+                                Box::pin(undo_grant(&inner, &hold)).await;
                             }
                             return other.map(|a| (a, sent));
                         }

@@ -168,10 +168,12 @@ impl Conn {
     pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         let reply = match &*self.backend {
             Backend::Single { manager, .. } => manager.clone().send_packed_command(cmd).await,
+            // Boxed: inline, their states would make every lock call's future as large
+            // as the largest of them, and it is moved whole on its way to the runtime.
             #[cfg(feature = "cluster")]
-            Backend::Cluster(c) => c.query(cmd).await,
+            Backend::Cluster(c) => Box::pin(c.query(cmd)).await,
             #[cfg(feature = "sentinel")]
-            Backend::Sentinel(s) => return s.query(cmd).await,
+            Backend::Sentinel(s) => return Box::pin(s.query(cmd)).await,
         };
         // Server errors arrive as values; make them errors here, once for all callers.
         reply.and_then(|v| v.extract_error())
@@ -190,11 +192,27 @@ impl Conn {
         key: &[u8],
         wrote: fn(&Value) -> bool,
     ) -> RedisResult<(Value, Synced)> {
-        let ReplicaSync::Wait { timeout, acks, .. } = &self.sync else {
-            return Ok((self.query(cmd).await?, Synced::NotAsked));
-        };
+        match &self.sync {
+            ReplicaSync::Off => Ok((self.query(cmd).await?, Synced::NotAsked)),
+            // Boxed for the size of the common path's future (see `query`).
+            ReplicaSync::Wait { timeout, acks, .. } => {
+                Box::pin(self.query_waited(cmd, key, wrote, *timeout, *acks)).await
+            }
+        }
+    }
+
+    /// [`query_synced`](Self::query_synced) with replica sync on.
+    #[cfg_attr(not(feature = "cluster"), allow(unused_variables))]
+    async fn query_waited(
+        &self,
+        cmd: &Cmd,
+        key: &[u8],
+        wrote: fn(&Value) -> bool,
+        timeout: std::time::Duration,
+        acks: u32,
+    ) -> RedisResult<(Value, Synced)> {
         let mut wait = redis::cmd("WAIT");
-        wait.arg(*acks).arg(timeout.as_millis() as u64);
+        wait.arg(acks).arg(timeout.as_millis() as u64);
         let wait_cmd = wait.clone();
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone()).add_command(wait);

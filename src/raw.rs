@@ -263,7 +263,8 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
         AcquireReply::from_redis_value(reply.clone()).map_err(|_| unexpected("acquire", &reply))?;
     match decoded {
         AcquireReply::Granted { .. } if synced == Synced::Acked(0) => {
-            rollback(conn, call).await;
+            // Rare, and boxed so that the common path's future stays small.
+            Box::pin(rollback(conn, call)).await;
             let waited = match conn.sync() {
                 crate::config::ReplicaSync::Wait { timeout, .. } => *timeout,
                 crate::config::ReplicaSync::Off => Duration::ZERO,

@@ -283,9 +283,9 @@ impl ScriptCall {
             .query_synced(&self.command(true), key, self.script.wrote)
             .await
         {
+            // Rare (once per script and server): boxed, to keep every call's future small.
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                conn.query_synced(&self.command(false), key, self.script.wrote)
-                    .await
+                Box::pin(conn.query_synced(&self.command(false), key, self.script.wrote)).await
             }
             other => other,
         }
