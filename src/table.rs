@@ -26,6 +26,7 @@ use crate::background::Signal;
 use crate::queue::Queue;
 use crate::raw::Kind;
 
+use hash::Seeded;
 pub(crate) use holds::{Begin, Handback};
 
 /// `(lock name, holder field)`.
@@ -118,7 +119,7 @@ impl Holder {
 /// One lock name's entry.
 #[derive(Default)]
 pub(crate) struct Entry {
-    holders: HashMap<Arc<str>, Holder>,
+    holders: HashMap<Arc<str>, Holder, Seeded>,
     queue: Queue,
     /// Acquisitions of this client waiting for the name that may stand in its line in
     /// Redis (`redisson_lock_clients:{<name>}`).
@@ -133,7 +134,7 @@ impl Entry {
 
 /// The per-client table of lock names.
 pub(crate) struct Table {
-    names: Mutex<HashMap<Arc<str>, Entry>>,
+    names: Mutex<HashMap<Arc<str>, Entry, Seeded>>,
     /// How long a run of hand-overs counts ([`Queue::idle`]).
     window: Duration,
     /// The watchdog lease: what a partial release keeps when watchdog holds remain.
@@ -146,7 +147,7 @@ pub(crate) struct Table {
 impl Table {
     pub(crate) fn new(lease: Duration, window: Duration) -> Table {
         Table {
-            names: Mutex::new(HashMap::new()),
+            names: Mutex::new(HashMap::default()),
             window,
             lease,
             in_flight: AtomicUsize::new(0),
@@ -431,6 +432,7 @@ impl Drop for InFlightGuard {
     }
 }
 
+mod hash;
 mod holds;
 #[cfg(test)]
 mod tests;
