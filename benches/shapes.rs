@@ -253,13 +253,8 @@ impl Locker {
                     .arg(LEASE.as_millis() as u64)
                     .arg(&*field)
                     .arg(20_000)
-                    .arg("1")
-                    .arg("0")
-                    .arg("0")
                     .arg(10)
-                    .arg("1")
-                    .arg("publish")
-                    .arg("")
+                    .arg("fw")
                     .invoke_async(conn)
                     .await
                     .unwrap();
@@ -311,17 +306,14 @@ impl Locker {
                     .key(format!("redisson_lock_clients:{{{name}}}"))
                     .key(format!("redisson_lock_turn:{{{name}}}"))
                     .key(format!("redisson_lock_turns:{{{name}}}"))
-                    .arg("0")
                     .arg(0)
                     .arg(&*field)
                     .arg(20_000)
-                    .arg("publish")
                     .arg(1)
-                    .arg("0")
                     .arg("")
                     .arg(0)
-                    .arg("0")
                     .arg(10)
+                    .arg("")
                     .invoke_async(conn)
                     .await
                     .unwrap();

@@ -9,18 +9,21 @@
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>"
 -- ARGV[3]  how long the latch is kept, in ms
--- ARGV[4]  '1' when the client knows of no hold of this field (a grant then needs no
---          latch: a retry recognises it by the field alone), '0' otherwise
--- ARGV[5]  '1' when this request was sent before and its reply was lost, '0' the first time
--- ARGV[6]  '1' for a fenced lock (Redisson's RFencedLock: every grant INCRs the counter),
---          '0' for a plain one (Redisson's RLock: the counter is never touched)
--- ARGV[7]  turn window in ms; '0' leaves KEYS[4] and KEYS[5] alone (turns off). A
+-- ARGV[4]  turn window in ms; '0' leaves KEYS[4] and KEYS[5] alone (turns off). A
 --          client is known in them by its id, the first 36 characters of ARGV[2]
--- ARGV[8]  '1' when the caller waits if the lock is busy: the client then joins KEYS[4]
--- ARGV[9]  'publish', or 'spublish' on a cluster with sharded pub/sub
--- ARGV[10] what a first grant does to the client's place in KEYS[4]: 'keep' (other
---          waiters of the client remain: it stays, or joins again at the back after
---          using its turn), 'leave' (its last waiter in line: it leaves), '' (not in line)
+-- ARGV[5]  flags, one letter each, present when true (one argument, not six: each
+--          argument costs the server about as much as a command):
+--          'f' the client knows of no hold of this field (a grant then needs no latch:
+--              a retry recognises it by the field alone)
+--          'r' this request was sent before and its reply was lost
+--          'F' a fenced lock (Redisson's RFencedLock: every grant INCRs the counter); a
+--              plain one (Redisson's RLock) never touches the counter
+--          'w' the caller waits if the lock is busy: the client then joins KEYS[4]
+--          's' publish with SPUBLISH (a cluster with sharded pub/sub), else PUBLISH
+--          'k' or 'l': what a first grant does to the client's place in KEYS[4]: keep it
+--              (other waiters of the client remain: it stays, or joins again at the back
+--              after using its turn) or leave (its last waiter in line); neither: the
+--              client is not in line
 -- Returns {1, token, latched} when the caller now holds the lock; for a fenced lock the
 -- token is larger than every token issued before for this name, for a plain one it is 0.
 -- latched is 1 when the latch was written (the client deletes it once the request has
@@ -29,8 +32,15 @@
 -- long a waiter sleeps. With turns on, a client whose caller waits joins KEYS[4] once when it finds the
 -- lock busy, and a first grant takes it out again. A grant that uses the client's turn
 -- says so on KEYS[6] ('taken'), so that the other clients' waiters keep sleeping.
-local fenced = ARGV[6] == '1'
-if ARGV[5] == '1' then
+local flags = ARGV[5]
+local function flag(letter)
+    return string.find(flags, letter, 1, true) ~= nil
+end
+local knows_none = flag('f')
+local fenced = flag('F')
+local publish = flag('s') and 'spublish' or 'publish'
+local line = flag('k') and 'keep' or (flag('l') and 'leave' or '')
+if flag('r') then
     local granted = redis.call('get', KEYS[3])
     -- The first send granted, and the hold is still there: the lease is counted from
     -- now, as the client counts it from this send. A hold gone since (expired) is not
@@ -43,7 +53,7 @@ if ARGV[5] == '1' then
     end
     -- The client held nothing, and now it does: the first send ran and granted (or a
     -- hand-over whose reply was lost did). The lease is counted from now, as above.
-    if ARGV[4] == '1' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    if knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
             redis.call('pexpire', KEYS[1], ARGV[1])
         end
@@ -54,8 +64,8 @@ if ARGV[5] == '1' then
         return {1, token, 0}
     end
 end
-local turns = tonumber(ARGV[7] or '0') > 0
-local waits = ARGV[8] == '1'
+local turns = tonumber(ARGV[4] or '0') > 0
+local waits = flag('w')
 local me = string.sub(ARGV[2], 1, 36)
 local function wait_in_line()
     if not redis.call('lpos', KEYS[4], me) then
@@ -97,18 +107,18 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         -- This client's turn is used (the release took it out of the line).
         redis.call('del', KEYS[5])
         -- Only a hint to other clients of this crate: a refusal changes nothing here.
-        redis.pcall(ARGV[9], KEYS[6], 'taken')
-        if ARGV[10] == 'keep' then
+        redis.pcall(publish, KEYS[6], 'taken')
+        if line == 'keep' then
             wait_in_line()
         end
-    elseif fresh and turns and ARGV[10] == 'leave' then
+    elseif fresh and turns and line == 'leave' then
         redis.call('lrem', KEYS[4], 1, me)
-    elseif fresh and turns and ARGV[10] == 'keep' then
+    elseif fresh and turns and line == 'keep' then
         wait_in_line()
     end
     -- A first grant to a client that held nothing is recognised on retry by its field;
     -- anything else (a re-entry) could not be told from an earlier hold, so it is latched.
-    if fresh and ARGV[4] == '1' then
+    if fresh and knows_none then
         return {1, token, 0}
     end
     redis.call('set', KEYS[3], token, 'px', ARGV[3])

@@ -7,31 +7,37 @@
 -- KEYS[5]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
 -- KEYS[6]  whose turn it is to take the lock: redisson_lock_turn:{<name>}
 -- KEYS[7]  this crate's turns channel: redisson_lock_turns:{<name>}
--- ARGV[1]  unlock message ("0")
--- ARGV[2]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
--- ARGV[3]  holder field
--- ARGV[4]  how long the latch is kept, in ms
--- ARGV[5]  'publish', or 'spublish' on a cluster with sharded pub/sub
--- ARGV[6]  how many holds to release (the client's local re-entries count as one)
--- ARGV[7]  '1' when this request was sent before and its reply was lost, '0' the first time
--- ARGV[8]  holder field of the next holder to hand over to, or '' to publish
--- ARGV[9]  the next holder's lease, in ms
--- ARGV[10] '1' for a fenced lock (a hand-over INCRs the token counter), '0' for a plain one
--- ARGV[11] turn window in ms: a published release gives the first client in KEYS[5] the
+-- ARGV[1]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
+-- ARGV[2]  holder field
+-- ARGV[3]  how long the latch is kept, in ms
+-- ARGV[4]  how many holds to release (the client's local re-entries count as one)
+-- ARGV[5]  holder field of the next holder to hand over to, or '' to publish
+-- ARGV[6]  the next holder's lease, in ms
+-- ARGV[7]  turn window in ms: a published release gives the first client in KEYS[5] the
 --          turn for this long, and names it on KEYS[7] just before the unlock message
 --          (so other clients' waiters can let it go first without asking); '0' leaves
 --          KEYS[5] and KEYS[6] alone
--- ARGV[12] '1' when the hand-over to ARGV[8] should give way to another client waiting
---          in KEYS[5] (this client has handed over several times in a row): the release
---          is then published with that client's turn, and this client, which still has
---          waiters, goes to the back of the line
+-- ARGV[8]  flags, one letter each, present when true:
+--          'r' this request was sent before and its reply was lost
+--          'F' a fenced lock (a hand-over INCRs the token counter)
+--          'g' the hand-over to ARGV[5] gives way to another client waiting in KEYS[5]
+--              (this client has handed over several times in a row): the release is
+--              then published with that client's turn, and this client, which still
+--              has waiters, goes to the back of the line
+--          's' publish with SPUBLISH (a cluster with sharded pub/sub), else PUBLISH
+-- The unlock message is Redisson's, "0".
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
--- released and published, 3 when it was published because the hand-over gave way (see
--- ARGV[12]), {2, token} when it was handed over to ARGV[8] (with a new fencing token for
+-- released and published, 3 when it was published because the hand-over gave way (the
+-- flag 'g'), {2, token} when it was handed over to ARGV[5] (with a new fencing token for
 -- a fenced lock, 0 for a plain one). A partial release latches '0' and
 -- a hand-over 'h<token>'; a full release that published latches nothing: a retry finds
 -- the field gone, which the client reads as "released".
-if ARGV[7] == '1' then
+local flags = ARGV[8]
+local function flag(letter)
+    return string.find(flags, letter, 1, true) ~= nil
+end
+local publish = flag('s') and 'spublish' or 'publish'
+if flag('r') then
     local done = redis.call('get', KEYS[3])
     if done then
         if string.sub(done, 1, 1) == 'h' then
@@ -40,23 +46,23 @@ if ARGV[7] == '1' then
         return tonumber(done)
     end
 end
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
 if count == nil then
     return nil
 end
-local n = tonumber(ARGV[6])
+local n = tonumber(ARGV[4])
 if count > n then
-    redis.call('hincrby', KEYS[1], ARGV[3], -n)
-    if tonumber(ARGV[2]) > 0 then
-        redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('hincrby', KEYS[1], ARGV[2], -n)
+    if tonumber(ARGV[1]) > 0 then
+        redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    redis.call('set', KEYS[3], 0, 'px', ARGV[4])
+    redis.call('set', KEYS[3], 0, 'px', ARGV[3])
     return 0
 end
-local turns = tonumber(ARGV[11] or '0') > 0
+local turns = tonumber(ARGV[7] or '0') > 0
 local gave_way = false
-if ARGV[8] ~= '' and ARGV[12] == '1' and turns then
-    local me = string.sub(ARGV[3], 1, 36)
+if ARGV[5] ~= '' and flag('g') and turns then
+    local me = string.sub(ARGV[2], 1, 36)
     local first = redis.call('lrange', KEYS[5], 0, 1)
     if (first[1] and first[1] ~= me) or first[2] then
         -- Another client waits: its turn comes before this client's next hand-over.
@@ -66,12 +72,12 @@ if ARGV[8] ~= '' and ARGV[12] == '1' and turns then
         gave_way = true
     end
 end
-if ARGV[8] ~= '' and not gave_way then
+if ARGV[5] ~= '' and not gave_way then
     -- For a fenced lock INCR first: it is the one call that can fail (see acquire.lua),
     -- and a script is not rolled back. A counter that cannot fence the next holder makes
     -- this a published release instead; the waiter's own acquire then reports it.
     local token = 0
-    if ARGV[10] == '1' then
+    if flag('F') then
         token = redis.pcall('incr', KEYS[4])
         if type(token) ~= 'number' or token < 1 then
             token = nil
@@ -80,17 +86,17 @@ if ARGV[8] ~= '' and not gave_way then
     if token then
         -- The new holder's field first: if ACL refuses a write here, the lock is left
         -- as it was rather than deleted with nobody told.
-        redis.call('hset', KEYS[1], ARGV[8], 1)
+        redis.call('hset', KEYS[1], ARGV[5], 1)
         -- The next holder may be this very field: a hold given back in the background
         -- (a cancelled acquire's grant) while a later call of the same task sleeps on the
         -- name. The field then stays, with one hold, for that call.
-        if ARGV[8] ~= ARGV[3] then
-            redis.call('hdel', KEYS[1], ARGV[3])
+        if ARGV[5] ~= ARGV[2] then
+            redis.call('hdel', KEYS[1], ARGV[2])
         end
-        redis.call('pexpire', KEYS[1], ARGV[9])
+        redis.call('pexpire', KEYS[1], ARGV[6])
         -- Only this latch tells a retry that the hand-over happened: the next holder's
         -- field could also have been written by an acquire of its own still in flight.
-        redis.call('set', KEYS[3], 'h' .. token, 'px', ARGV[4])
+        redis.call('set', KEYS[3], 'h' .. token, 'px', ARGV[3])
         return {2, token}
     end
 end
@@ -102,19 +108,19 @@ end
 -- Redisson client never hears it): a subscriber gets both in this order. It is only a
 -- hint, so a refusal is ignored.
 if next_client then
-    redis.pcall(ARGV[5], KEYS[7], next_client)
+    redis.pcall(publish, KEYS[7], next_client)
 end
 -- PUBLISH before any write: a publish refused by ACL then leaves the lock as it was,
 -- instead of a lock released that no waiter hears of. The refusal is given the NOPERM
 -- code: servers word it differently, and Redis 7.0 reports it as a plain ERR.
-local sent = redis.pcall(ARGV[5], KEYS[2], ARGV[1])
+local sent = redis.pcall(publish, KEYS[2], '0')
 if type(sent) == 'table' and sent.err then
     return redis.error_reply('NOPERM publish refused: ' .. sent.err)
 end
 redis.call('del', KEYS[1])
 if next_client then
     redis.call('lpop', KEYS[5])
-    redis.call('set', KEYS[6], next_client, 'px', ARGV[11])
+    redis.call('set', KEYS[6], next_client, 'px', ARGV[7])
 end
 if gave_way then
     return 3

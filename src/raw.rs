@@ -200,8 +200,8 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) line: Line,
 }
 
-/// What a first grant does to the client's place in the line (`lua/acquire.lua`
-/// ARGV[10]).
+/// What a first grant does to the client's place in the line (`lua/acquire.lua`,
+/// flags `k` and `l`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Line {
     /// Other waiters of the client remain: it stays in line, or joins it again at the
@@ -214,12 +214,55 @@ pub(crate) enum Line {
 }
 
 impl Line {
-    fn arg(self) -> &'static str {
+    fn letter(self) -> Option<u8> {
         match self {
-            Line::Keep => "keep",
-            Line::Leave => "leave",
-            Line::Out => "",
+            Line::Keep => Some(b'k'),
+            Line::Leave => Some(b'l'),
+            Line::Out => None,
         }
+    }
+}
+
+/// The flags argument of `lua/acquire.lua` and `lua/unlock.lua`: one letter for each
+/// that is set. One argument instead of one each: the server pays per argument.
+struct Flags {
+    letters: [u8; 8],
+    len: usize,
+}
+
+impl Flags {
+    fn new() -> Flags {
+        Flags {
+            letters: [0; 8],
+            len: 0,
+        }
+    }
+
+    fn set(mut self, letter: u8, on: bool) -> Flags {
+        if on {
+            self.letters[self.len] = letter;
+            self.len += 1;
+        }
+        self
+    }
+
+    /// `k` or `l` for the client's place in the line, nothing when it is not in it.
+    fn line(self, line: Line) -> Flags {
+        match line.letter() {
+            Some(letter) => self.set(letter, true),
+            None => self,
+        }
+    }
+
+    /// `s` when the connection publishes with `SPUBLISH`.
+    fn publish(self, conn: &Conn) -> Flags {
+        self.set(b's', conn.publish_command() == "spublish")
+    }
+}
+
+impl redis::ToRedisArgs for Flags {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg(&self.letters[..self.len]);
     }
 }
 
@@ -244,13 +287,16 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
             .arg(ms(call.lease))
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))
-            .arg(flag(call.fresh))
-            .arg(flag(call.retry))
-            .arg(flag(call.fenced))
             .arg(ms(call.turn_window))
-            .arg(flag(call.waits))
-            .arg(conn.publish_command())
-            .arg(call.line.arg()),
+            .arg(
+                Flags::new()
+                    .set(b'f', call.fresh)
+                    .set(b'r', call.retry)
+                    .set(b'F', call.fenced)
+                    .set(b'w', call.waits)
+                    .publish(conn)
+                    .line(call.line),
+            ),
         Kind::Read | Kind::Write => rw::acquire_call(call),
         Kind::Fair => fair::acquire_call(call),
     };
@@ -404,18 +450,20 @@ fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .key_prefixed(turns::CLIENTS, call.name)
         .key_prefixed(turns::TURN, call.name)
         .key_prefixed(turns::TURNS, call.name)
-        .arg(UNLOCK_MESSAGE)
         .arg(call.keep.map(ms).unwrap_or(0))
         .arg(call.field)
         .arg(ms(call.latch_ttl).max(1))
-        .arg(conn.publish_command())
         .arg(call.holds)
-        .arg(flag(call.retry))
         .arg(call.next.map(|n| n.0).unwrap_or(""))
         .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
-        .arg(flag(call.fenced))
         .arg(ms(call.turn_window))
-        .arg(flag(call.gives_way))
+        .arg(
+            Flags::new()
+                .set(b'r', call.retry)
+                .set(b'F', call.fenced)
+                .set(b'g', call.gives_way)
+                .publish(conn),
+        )
 }
 
 /// Renews a batch of `(name, field)` pairs; `true` where the lease was extended.

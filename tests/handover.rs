@@ -212,23 +212,22 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
     let s = RedisServer::start();
     let mut conn = s.conn();
     let script = redis::Script::new(include_str!("../lua/unlock.lua"));
-    let fenced = "1";
+    // Flags: `F` fenced, `r` a retry (`docs/protocol.md` 2.2).
     let run = |conn: &mut redis::Connection, next: &str, retry: &str| -> redis::Value {
+        let flags = if retry == "1" { "Fr" } else { "F" };
         script
             .key("ho-lua")
             .key(redis_rlock::protocol::channel_name("ho-lua"))
             .key("redisson_unlock_latch:{ho-lua}:r1")
             .key(redis_rlock::protocol::token_key("ho-lua"))
-            .arg("0")
             .arg(0)
             .arg("c:1")
             .arg(10_000)
-            .arg("publish")
             .arg(1)
-            .arg(retry)
             .arg(next)
             .arg(5_000)
-            .arg(fenced)
+            .arg(0)
+            .arg(flags)
             .invoke(conn)
             .unwrap()
     };
@@ -263,16 +262,14 @@ fn a_hand_over_to_the_releasing_field_itself_keeps_its_hold() {
         .key(redis_rlock::protocol::channel_name("ho-self"))
         .key("redisson_unlock_latch:{ho-self}:r1")
         .key(redis_rlock::protocol::token_key("ho-self"))
-        .arg("0")
         .arg(0)
         .arg("c:1")
         .arg(10_000)
-        .arg("publish")
         .arg(1)
-        .arg("0")
         .arg("c:1")
         .arg(5_000)
-        .arg("0")
+        .arg(0)
+        .arg("")
         .invoke(&mut conn)
         .unwrap();
     assert_eq!(
