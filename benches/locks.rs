@@ -18,6 +18,9 @@ use redis_rlock::Client;
 
 /// Counts live heap bytes, so W5 can report what waiters keep, not the allocator's
 /// high-water mark that RSS shows.
+#[path = "common/cpu.rs"]
+mod cpu;
+
 struct Counting;
 
 static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
@@ -468,15 +471,6 @@ async fn redis_cpu(url: &str) -> f64 {
         .sum()
 }
 
-fn cpu_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // Fields 14 and 15 of the whole line (utime, stime) are 12 and 13 after the name.
-    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-}
-
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
@@ -513,10 +507,10 @@ async fn w4(url: &str, n: usize) -> (f64, f64) {
     let periods = 3u32;
     tokio::time::sleep(wd / 6).await; // between two renewal passes
     let before_calls = evalsha_calls(&raw(url, &["INFO", "commandstats"]).await);
-    let before_cpu = cpu_ticks();
+    let before_cpu = cpu::cpu_ticks();
     let start = Instant::now();
     tokio::time::sleep(wd / 3 * periods).await;
-    let after_cpu = cpu_ticks();
+    let after_cpu = cpu::cpu_ticks();
     let elapsed = start.elapsed();
     let after_calls = evalsha_calls(&raw(url, &["INFO", "commandstats"]).await);
     // Two INFO calls are not EVALSHA; nothing else runs now.

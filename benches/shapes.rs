@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 
+#[path = "common/cpu.rs"]
+mod cpu;
 #[path = "common/server.rs"]
 mod server;
 
@@ -450,16 +452,6 @@ async fn run_here(
     tally
 }
 
-/// This process's CPU time so far (user and system), in clock ticks of 10 ms.
-fn cpu_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // utime and stime, fields 14 and 15 of the line, are 12th and 13th after the name.
-    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-}
-
 /// What the server did during a run, per `INFO`.
 struct ServerUse {
     scripts: u64,
@@ -542,7 +534,7 @@ async fn measure(url: &str, lib: Lib, work: Work, shape: Shape, secs: f64) -> Fi
         .await
         .unwrap();
     let before = server_use(&mut admin).await;
-    let ticks = cpu_ticks();
+    let ticks = cpu::cpu_ticks();
     // Grants per counted unit (task, or process), the longest wait, pair times.
     let (units, longest_us, mut pairs, overlaps) = match shape {
         Shape::Shared | Shape::PerTask => {
@@ -591,7 +583,7 @@ async fn measure(url: &str, lib: Lib, work: Work, shape: Shape, secs: f64) -> Fi
             (units, longest, Vec::new(), overlaps)
         }
     };
-    let client_ticks = cpu_ticks() - ticks;
+    let client_ticks = cpu::cpu_ticks() - ticks;
     let after = server_use(&mut admin).await;
     if std::env::var("RLOCK_SHAPES_STATS").is_ok() {
         let text: String = redis::cmd("INFO")

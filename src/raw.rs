@@ -47,10 +47,13 @@ impl Kind {
 }
 
 mod fair;
+mod flags;
 mod replies;
 mod rw;
 mod turns;
 
+use flags::Flags;
+pub(crate) use flags::Line;
 use replies::{AcquireReply, UnlockReply};
 
 pub(crate) use fair::{fair_leave, waiter_channel, QUEUE_TIMEOUT as FAIR_QUEUE_TIMEOUT};
@@ -198,72 +201,6 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) waits: bool,
     /// What a first grant does to the client's place in the line.
     pub(crate) line: Line,
-}
-
-/// What a first grant does to the client's place in the line (`lua/acquire.lua`,
-/// flags `k` and `l`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Line {
-    /// Other waiters of the client remain: it stays in line, or joins it again at the
-    /// back after using its turn.
-    Keep,
-    /// The acquisition was the client's last waiter in line: it leaves.
-    Leave,
-    /// The client was not in line.
-    Out,
-}
-
-impl Line {
-    fn letter(self) -> Option<u8> {
-        match self {
-            Line::Keep => Some(b'k'),
-            Line::Leave => Some(b'l'),
-            Line::Out => None,
-        }
-    }
-}
-
-/// The flags argument of `lua/acquire.lua` and `lua/unlock.lua`: one letter for each
-/// that is set. One argument instead of one each: the server pays per argument.
-struct Flags {
-    letters: [u8; 8],
-    len: usize,
-}
-
-impl Flags {
-    fn new() -> Flags {
-        Flags {
-            letters: [0; 8],
-            len: 0,
-        }
-    }
-
-    fn set(mut self, letter: u8, on: bool) -> Flags {
-        if on {
-            self.letters[self.len] = letter;
-            self.len += 1;
-        }
-        self
-    }
-
-    /// `k` or `l` for the client's place in the line, nothing when it is not in it.
-    fn line(self, line: Line) -> Flags {
-        match line.letter() {
-            Some(letter) => self.set(letter, true),
-            None => self,
-        }
-    }
-
-    /// `s` when the connection publishes with `SPUBLISH`.
-    fn publish(self, conn: &Conn) -> Flags {
-        self.set(b's', conn.publish_command() == "spublish")
-    }
-}
-
-impl redis::ToRedisArgs for Flags {
-    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        out.write_arg(&self.letters[..self.len]);
-    }
 }
 
 fn flag(b: bool) -> &'static str {
