@@ -195,13 +195,20 @@ impl Waiting<'_> {
             }
             Woke::Free | Woke::Offered => return Step::Attempt,
             // Another client's turn came first; this client's own turn, or a hand-over
-            // from it, wakes this task. The turn's lapse, heard on the turns channel,
-            // wakes it too, so the bound is only a backstop.
+            // from it, wakes this task. Where the client heard that turn announced, its
+            // lapse wakes the task too, and the bound is only a backstop; otherwise the
+            // task asks again once the turn is over, as after a busy answer for a turn.
             Woke::Passed => {
+                let inner = target.inner();
+                let covered = inner.pubsub.turn_covered(&target.channel);
                 return Step::Sleep {
-                    ttl: Some(target.inner().config.watchdog_timeout),
+                    ttl: Some(if covered {
+                        inner.config.watchdog_timeout
+                    } else {
+                        inner.config.turn_window
+                    }),
                     lease_ends: None,
-                }
+                };
             }
         };
         self.sub.wake_used();
