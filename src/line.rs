@@ -79,13 +79,30 @@ impl InLine<'_> {
 
     /// What leaving sends, if anything; once.
     fn leaving(&mut self) -> Option<BoxFuture<'static, ()>> {
-        if !self.joined || self.granted_by_redis {
+        if !self.joined {
             return None;
         }
         self.joined = false;
         let t = self.target;
         let inner = t.inner().clone();
         let name = t.name.clone();
+        if t.kind == Kind::Plain {
+            // The client's count of waiters in line drops however this one ended: the
+            // flag of the next grant, and of the next waiter's, is read from it. Only
+            // a client that keeps no waiter in line, and was not taken out by a grant,
+            // has to take itself out.
+            if !inner.table.leave_line(&name) || self.granted_by_redis {
+                return None;
+            }
+            return Some(Box::pin(async move {
+                if let Err(e) = raw::leave_line(&inner.conn, &name, &inner.id).await {
+                    tracing::debug!(lock = %name, error = %e, "could not leave the line; a turn may wait for nobody once");
+                }
+            }));
+        }
+        if self.granted_by_redis {
+            return None;
+        }
         if t.kind == Kind::Write {
             // Readers need not wait out the mark of a writer that stopped waiting. (Another
             // writer still waiting sets it again at its next attempt.)
@@ -105,14 +122,7 @@ impl InLine<'_> {
                 }
             }));
         }
-        if !inner.table.leave_line(&name) {
-            return None;
-        }
-        Some(Box::pin(async move {
-            if let Err(e) = raw::leave_line(&inner.conn, &name, &inner.id).await {
-                tracing::debug!(lock = %name, error = %e, "could not leave the line; a turn may wait for nobody once");
-            }
-        }))
+        None
     }
 }
 

@@ -259,6 +259,49 @@ async fn contended_clients_cost_few_script_calls_per_acquisition() {
     }
 }
 
+/// A client whose waiter took the lock from Redis, after waiting in line, is out of the
+/// line for good: its own release, rounds later, gives no turn to it with nobody of it
+/// waiting, so another client's lock right after is not held back for the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_granted_by_redis_after_waiting_gets_no_turn_later() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(300);
+    let (a, c) = (client(&s, window).await, client(&s, window).await);
+    let turn_key = redis_rlock::protocol::turn_key("tn:out");
+    for round in 0..3 {
+        let held = a.lock("tn:out").lock().await.unwrap();
+        let waiter = tokio::spawn({
+            let l = c.lock("tn:out");
+            async move { l.lock().await.unwrap().unlock().await.unwrap() }
+        });
+        assert!(
+            common::eventually(Duration::from_secs(2), || line(&s, "tn:out") == [c.id()]).await,
+            "round {round}: c never lined up"
+        );
+        held.unlock().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: c never got its turn"))
+            .unwrap();
+        assert_eq!(
+            line(&s, "tn:out"),
+            Vec::<String>::new(),
+            "round {round}: line"
+        );
+        let turn: Option<String> = s.cmd(&["GET", &turn_key]);
+        assert_eq!(turn, None, "round {round}: c's release gave a turn");
+        let took = Instant::now();
+        let again = a.lock("tn:out").try_lock().await.unwrap();
+        assert!(again.is_some(), "round {round}: a free lock was refused");
+        again.unwrap().unlock().await.unwrap();
+        assert!(
+            took.elapsed() < window / 2,
+            "round {round}: {:?}",
+            took.elapsed()
+        );
+    }
+}
+
 /// A client already waiting when the lock's release gives the turn to a client that is
 /// gone (it died in line): its waiter let the unlock message pass, as the turn was
 /// another's, and is woken when that turn ends unused, not when the holder's 30 s lease
