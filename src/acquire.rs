@@ -100,6 +100,10 @@ impl Target {
             }
             _ => None,
         };
+        // The channel may have stopped lingering between the check and the join: the
+        // waiter then holds a new subscription that Redis has not confirmed, and waits
+        // for it, then asks again, like one that subscribed after its attempt.
+        let subscribed_first = early.as_ref().is_some_and(|sub| sub.confirmed());
         let ttl = match behind {
             Some(left) => Some(left),
             None => match self
@@ -143,7 +147,6 @@ impl Target {
         let mut line = InLine::new(self, field.clone());
         line.busy();
         tracing::debug!(?ttl, "lock busy; waiting");
-        let subscribed_first = early.is_some();
         let sub = match early {
             Some(sub) => sub,
             None => self.subscription(&field),

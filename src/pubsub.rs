@@ -322,6 +322,12 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
+    /// Whether Redis has confirmed the subscription: from now on, every release on the
+    /// channel reaches this waiter.
+    pub(crate) fn confirmed(&self) -> bool {
+        self.entry.ready.load(Ordering::SeqCst)
+    }
+
     /// Waits until Redis confirmed the subscription, at most `limit`. Returns whether it
     /// is confirmed.
     pub(crate) async fn ready(&self, limit: Duration) -> bool {
