@@ -5,13 +5,12 @@
 -- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
 -- KEYS[4]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
 -- KEYS[5]  whose turn it is to take the lock after a release: redisson_lock_turn:{<name>}
--- KEYS[6]  this crate's turns channel: redisson_lock_turns:{<name>}
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>"
 -- ARGV[3]  how long the latch is kept, in ms
 -- ARGV[4]  turn window in ms; '0' leaves KEYS[4] and KEYS[5] alone (turns off). A
 --          client is known in them by its id, the first 36 characters of ARGV[2]
--- ARGV[5]  flags, one letter each, present when true (one argument, not six: each
+-- ARGV[5]  flags, one letter each, present when true (one argument, not five: each
 --          argument costs the server about as much as a command):
 --          'f' the client knows of no hold of this field (a grant then needs no latch:
 --              a retry recognises it by the field alone)
@@ -19,7 +18,6 @@
 --          'F' a fenced lock (Redisson's RFencedLock: every grant INCRs the counter); a
 --              plain one (Redisson's RLock) never touches the counter
 --          'w' the caller waits if the lock is busy: the client then joins KEYS[4]
---          's' publish with SPUBLISH (a cluster with sharded pub/sub), else PUBLISH
 --          'k' or 'l': what a first grant does to the client's place in KEYS[4]: keep it
 --              (other waiters of the client remain: it stays, or joins again at the back
 --              after using its turn) or leave (its last waiter in line); neither: the
@@ -30,15 +28,13 @@
 -- its answer). Returns {0, pttl} when someone else holds it, or {0, pttl, 1} when it is
 -- free but it is another client's turn (then the PTTL is the turn's); the PTTL bounds how
 -- long a waiter sleeps. With turns on, a client whose caller waits joins KEYS[4] once when it finds the
--- lock busy, and a first grant takes it out again. A grant that uses the client's turn
--- says so on KEYS[6] ('taken'), so that the other clients' waiters keep sleeping.
+-- lock busy, and a first grant takes it out again.
 local flags = ARGV[5]
 local function flag(letter)
     return string.find(flags, letter, 1, true) ~= nil
 end
 local knows_none = flag('f')
 local fenced = flag('F')
-local publish = flag('s') and 'spublish' or 'publish'
 local line = flag('k') and 'keep' or (flag('l') and 'leave' or '')
 if flag('r') then
     local granted = redis.call('get', KEYS[3])
@@ -106,8 +102,6 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if turn then
         -- This client's turn is used (the release took it out of the line).
         redis.call('del', KEYS[5])
-        -- Only a hint to other clients of this crate: a refusal changes nothing here.
-        redis.pcall(publish, KEYS[6], 'taken')
         if line == 'keep' then
             wait_in_line()
         end

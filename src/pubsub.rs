@@ -100,6 +100,7 @@ impl ChannelEntry {
     /// Every waiter tries now, and the next one to wait of each name too: messages may
     /// have been missed while the channel was not subscribed.
     pub(crate) fn wake_all(&self) {
+        self.clear_lapse();
         for (_, wake) in self.names.lock().values() {
             wake.notify_waiters();
             wake.notify_one();
@@ -108,6 +109,7 @@ impl ChannelEntry {
 
     /// Every waiter sleeping now tries (the subscription broke).
     pub(crate) fn interrupt(&self) {
+        self.clear_lapse();
         for (_, wake) in self.names.lock().values() {
             wake.notify_waiters();
         }
@@ -322,6 +324,12 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
+    /// Whether this waiter was woken by the end of another client's turn rather than a
+    /// release: that client may hold the lock, so a cheap look comes before an attempt.
+    pub(crate) fn woken_by_lapse(&self) -> bool {
+        self.entry.lapsed()
+    }
+
     /// Whether Redis has confirmed the subscription: from now on, every release on the
     /// channel reaches this waiter.
     pub(crate) fn confirmed(&self) -> bool {

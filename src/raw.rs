@@ -63,7 +63,7 @@ pub(crate) use rw::{
 };
 pub use rw::{read_turn_key, reader_key, rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
 pub use turns::{clients_key, turn_key, turns_channel};
-pub(crate) use turns::{is_turns_channel, leave_line};
+pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl};
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
 /// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster
@@ -220,7 +220,6 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
             .key(call.latch)
             .key_prefixed(turns::CLIENTS, call.name)
             .key_prefixed(turns::TURN, call.name)
-            .key_prefixed(turns::TURNS, call.name)
             .arg(ms(call.lease))
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))
@@ -231,7 +230,6 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
                     .set(b'r', call.retry)
                     .set(b'F', call.fenced)
                     .set(b'w', call.waits)
-                    .publish(conn)
                     .line(call.line),
             ),
         Kind::Read | Kind::Write => rw::acquire_call(call),

@@ -144,6 +144,77 @@ async fn a_turn_nobody_takes_ends_with_its_window() {
     g.unlock().await.unwrap();
 }
 
+/// A turn used and held past its window: the other client in line sends no script
+/// while the holder keeps the lock, and is woken by its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_used_past_its_window_costs_the_others_no_script_call() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(150);
+    let (a, b, c) = (
+        client(&s, window).await,
+        client(&s, window).await,
+        client(&s, window).await,
+    );
+    let held = a.lock("tn:long").lock().await.unwrap();
+    let (took_tx, took_rx) = tokio::sync::oneshot::channel();
+    let (free_tx, free_rx) = tokio::sync::oneshot::channel::<()>();
+    let long = tokio::spawn({
+        let l = b.lock("tn:long");
+        async move {
+            let g = l.lock().await.unwrap();
+            took_tx.send(()).unwrap();
+            free_rx.await.unwrap();
+            g.unlock().await.unwrap();
+        }
+    });
+    assert!(common::eventually(Duration::from_secs(2), || line(&s, "tn:long") == [b.id()]).await);
+    let next = tokio::spawn({
+        let l = c.lock("tn:long");
+        async move {
+            let g = l.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        }
+    });
+    // Both hear the turns channel, and c's attempt after its subscription is answered.
+    let turns = redis_rlock::protocol::turns_channel("tn:long");
+    assert!(
+        common::eventually(Duration::from_secs(2), || line(&s, "tn:long")
+            == [b.id(), c.id()]
+            && s.numsub(&turns) == 2)
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let c_busy = c.stats().busy;
+    held.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), took_rx)
+        .await
+        .expect("b never took its turn")
+        .unwrap();
+    let scripts = || s.calls("evalsha") + s.calls("eval");
+    let before = scripts();
+    tokio::time::sleep(window * 3).await;
+    assert_eq!(
+        scripts(),
+        before,
+        "script calls while b held the lock past its turn (c answered busy {} times)",
+        c.stats().busy - c_busy
+    );
+    let released = Instant::now();
+    free_tx.send(()).unwrap();
+    long.await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("c slept through the release")
+        .unwrap();
+    assert!(
+        got - released < window,
+        "c took {:?} after the release",
+        got - released
+    );
+}
+
 /// Four clients (as four service instances) of four tasks each on one lock held 1 ms.
 async fn shares(s: &RedisServer, window: Duration) -> (Vec<u64>, Duration) {
     let mut clients = Vec::new();

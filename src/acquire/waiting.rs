@@ -145,6 +145,25 @@ impl Waiting<'_> {
         }
     }
 
+    /// Woken by the end of another client's turn: that client may have used it and
+    /// still hold the lock, and its release will be heard. One `PTTL` then stands in for
+    /// an acquire, which every waiting client would otherwise send at each turn held
+    /// longer than the window (`docs/protocol.md` 2.6).
+    async fn look(&mut self) -> Step {
+        let target = self.target;
+        match raw::lock_pttl(&target.inner().conn, &target.name).await {
+            Ok(-2) | Err(_) => Step::Attempt,
+            Ok(ms) => {
+                self.sub.wake_used();
+                let ttl = u64::try_from(ms).ok().map(Duration::from_millis);
+                Step::Sleep {
+                    ttl,
+                    lease_ends: ttl.map(|t| Instant::now() + t),
+                }
+            }
+        }
+    }
+
     pub(super) async fn sleep(
         &mut self,
         ttl: Option<Duration>,
@@ -193,6 +212,7 @@ impl Waiting<'_> {
                 self.adopt = true;
                 return Step::Attempt;
             }
+            Woke::Free if self.sub.woken_by_lapse() => return self.look().await,
             Woke::Free | Woke::Offered => return Step::Attempt,
             // Another client's turn came first; this client's own turn, or a hand-over
             // from it, wakes this task. Where the client heard that turn announced, its

@@ -34,17 +34,34 @@ pub(super) struct TurnState {
     suppress_until: Option<Instant>,
     /// Counts turn messages and grants: a lapse timer whose count moved on is void.
     gen: u64,
-    /// Another client's turn was announced, and neither its use nor its end was seen:
-    /// a lapse timer will wake the waiters if it runs out unused.
+    /// Another client's turn was announced, and no release since: a lapse timer will
+    /// wake the waiters when it ends.
     lapse_pending: bool,
+    /// The last wake-up on the channel was a turn's end, not a release: the turn may have
+    /// been used, so a waiter it woke asks whether the lock is held before it tries.
+    lapsed: bool,
+}
+
+impl ChannelEntry {
+    /// Whether the last wake-up on the channel was the end of another client's turn
+    /// (see [`TurnState::lapsed`]).
+    pub(super) fn lapsed(&self) -> bool {
+        self.turn.lock().lapsed
+    }
+
+    /// Waiters are woken for another reason than a turn's end (a reconnect).
+    pub(super) fn clear_lapse(&self) {
+        self.turn.lock().lapsed = false;
+    }
 }
 
 impl HubShared {
-    /// A message on a lock's turns channel: a client's id (its turn has begun) or
-    /// `taken` (the client whose turn it was took the lock).
+    /// A message on a lock's turns channel: a client's id (its turn has begun), or
+    /// `taken`, which earlier builds of this crate publish when a grant used a turn.
     pub(super) fn on_turn(&self, entry: &Arc<ChannelEntry>, payload: &[u8]) {
         let mut t = entry.turn.lock();
         t.gen += 1;
+        t.lapsed = false;
         if payload == self.me.as_bytes() || payload == b"taken" {
             t.suppress_until = None;
             t.lapse_pending = false;
@@ -63,13 +80,20 @@ impl HubShared {
     }
 
     /// An unlock message on a lock's channel: whether it follows another client's turn
-    /// message (and so wakes nobody here).
+    /// message (and so wakes nobody here). Otherwise it is a release after any turn
+    /// announced before, which has ended: no lapse timer need wake the waiters again.
     pub(super) fn for_another_turn(&self, entry: &ChannelEntry) -> bool {
         let mut t = entry.turn.lock();
-        match t.suppress_until.take() {
+        let another = match t.suppress_until.take() {
             Some(until) => Instant::now() < until,
             None => false,
+        };
+        if !another {
+            t.gen += 1;
+            t.lapse_pending = false;
+            t.lapsed = false;
         }
+        another
     }
 
     /// Whether `channel`'s hub heard another client's turn announced and will wake its
@@ -103,6 +127,7 @@ impl HubShared {
                         let mut t = entry.turn.lock();
                         if t.gen == gen {
                             t.lapse_pending = false;
+                            t.lapsed = true;
                             drop(t);
                             entry.wake_each_name();
                         }

@@ -23,8 +23,8 @@ pub fn turn_key(name: &str) -> String {
 }
 
 /// This crate's channel on which a published release names the client whose turn it
-/// is, just before the unlock message, and a grant that used a turn says `taken`:
-/// `redisson_lock_turns:{<name>}`. Ours; Redisson never subscribes to it.
+/// is, just before the unlock message: `redisson_lock_turns:{<name>}`. Ours; Redisson
+/// never subscribes to it.
 pub fn turns_channel(name: &str) -> String {
     prefixed(TURNS, name)
 }
@@ -43,4 +43,11 @@ pub(crate) async fn leave_line(conn: &Conn, name: &str, client_id: &str) -> Resu
         .await
         .map(|_| ())
         .map_err(|e| Error::from_redis(e, name, conn.response_timeout))
+}
+
+/// The lock's PTTL in ms: `-2` when it is free, `-1` when it has no expiry. A plain
+/// command: a waiter woken by a turn's end looks before it tries.
+pub(crate) async fn lock_pttl(conn: &Conn, name: &str) -> Result<i64> {
+    let reply = super::query(conn, name, redis::cmd("PTTL").arg(name).clone()).await?;
+    redis::from_redis_value(reply).map_err(|e| Error::Redis(e.into()))
 }
