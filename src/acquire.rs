@@ -17,7 +17,7 @@ use crate::config::check_lease;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::identity::OwnerId;
-use crate::line::InLine;
+use crate::line::{Counted, InLine};
 use crate::raw;
 use crate::stats::Event;
 use crate::target::{Kind, Target};
@@ -104,13 +104,24 @@ impl Target {
         // waiter then holds a new subscription that Redis has not confirmed, and waits
         // for it, then asks again, like one that subscribed after its attempt.
         let subscribed_first = early.as_ref().is_some_and(|sub| sub.confirmed());
+        // A caller that will wait counts among its client's waiters in line before its
+        // first attempt is sent, not once it is answered: a grant to another waiter of
+        // the client meanwhile then keeps the client in line (`k`) instead of taking it
+        // out while this attempt finds it there and so does not join.
+        let mut line = InLine::new(self, field.clone());
+        if matches!(wait, Wait::Until(_)) && behind.is_none() {
+            line.join_before_attempt();
+        }
         let ttl = match behind {
             Some(left) => Some(left),
             None => match self
-                .attempt_within(owner, &field, lease, false, wait, false)
+                .attempt_within(owner, &field, lease, false, wait, line.counted(true))
                 .await?
             {
-                Some(Tried::Held(guard)) => return Ok(Some(guard)),
+                Some(Tried::Held(guard)) => {
+                    line.granted_by_redis = true;
+                    return Ok(Some(guard));
+                }
                 Some(Tried::Busy(ttl)) => ttl,
                 Some(Tried::Late(took)) if matches!(wait, Wait::No) => {
                     return Err(Error::Timeout {
@@ -144,7 +155,6 @@ impl Target {
         // for a waiter queued behind others of its client, they did: it counts among the
         // client's waiters in line either way, so that the client keeps its place while
         // any of them waits (its waiters let other clients' turn messages pass).
-        let mut line = InLine::new(self, field.clone());
         line.busy();
         tracing::debug!(?ttl, "lock busy; waiting");
         let sub = match early {
@@ -261,7 +271,7 @@ impl Target {
     /// [`attempt`](Self::attempt), bounded: by the deadline of a waiting call, and by one
     /// response timeout for a single try. `None` when the bound came first; an attempt
     /// already sent then finishes in the background, and a hold it took is given back.
-    /// `in_line`: this acquisition put its client in the lock's line (turns).
+    /// `in_line`: how it counts among its client's waiters in the lock's line (turns).
     async fn attempt_within(
         &self,
         owner: OwnerId,
@@ -269,7 +279,7 @@ impl Target {
         lease: Option<Duration>,
         adopt: bool,
         wait: Wait,
-        in_line: bool,
+        in_line: Counted,
     ) -> Result<Option<Tried>> {
         self.inner().check_open()?;
         let until = match wait {

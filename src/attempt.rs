@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::guard::{GuardKind, LockGuard};
 use crate::identity::OwnerId;
 use crate::inflight::Completing;
+use crate::line::Counted;
 use crate::raw::{self, Attempt};
 use crate::release::release_hold;
 use crate::services::ClientInner;
@@ -42,7 +43,7 @@ impl Target {
         lease: Option<Duration>,
         adopt: bool,
         waits: bool,
-        in_line: bool,
+        in_line: Counted,
     ) -> Result<Tried> {
         let inner = self.inner().clone();
         let hold = self.hold(field);
@@ -99,9 +100,9 @@ impl Target {
                         match inner
                             .table
                             .in_line(&hold.name)
-                            .saturating_sub(u32::from(in_line))
+                            .saturating_sub(u32::from(in_line != Counted::No))
                         {
-                            0 if in_line => raw::Line::Leave,
+                            0 if in_line == Counted::Waiting => raw::Line::Leave,
                             0 => raw::Line::Out,
                             _ => raw::Line::Keep,
                         }

@@ -14,6 +14,19 @@ use crate::target::Target;
 /// [`InLine::leave`]): many round trips on any sound network, and little next to a wait.
 const LEAVE_BUDGET: Duration = Duration::from_millis(5);
 
+/// Where an acquire attempt stands among its client's waiters in line (turns).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counted {
+    /// Not counted: it does not wait, or waits without turns.
+    No,
+    /// Counted, its first attempt: a grant takes the client out of the line only if it
+    /// was there for another reason, which a lone caller's first attempt cannot know,
+    /// so it leaves the line alone (an uncontended lock costs no `LREM`).
+    First,
+    /// Counted, and answered busy before: it put the client in line.
+    Waiting,
+}
+
 /// This acquisition's part in its client's place in the lock's line in Redis
 /// (`docs/protocol.md` 2.6): joined at its first busy reply. When the client's last such
 /// acquisition ends without the lock from Redis (out of time, cancelled, or handed the
@@ -38,9 +51,22 @@ impl<'a> InLine<'a> {
         }
     }
 
-    /// Whether this acquisition put its client in the line.
-    pub(crate) fn joined(&self) -> bool {
-        self.joined
+    /// How an attempt of this acquisition counts in its client's line: `first` for the
+    /// attempt before any answer.
+    pub(crate) fn counted(&self, first: bool) -> Counted {
+        match (self.joined, first) {
+            (false, _) => Counted::No,
+            (true, true) => Counted::First,
+            (true, false) => Counted::Waiting,
+        }
+    }
+
+    /// A plain lock's caller that will wait, before its first attempt (turns on): it
+    /// counts among the client's waiters in line from now on.
+    pub(crate) fn join_before_attempt(&mut self) {
+        if self.target.kind == Kind::Plain {
+            self.busy();
+        }
     }
 
     /// The acquisition was answered busy: the client is in line from now on.
@@ -95,6 +121,11 @@ impl InLine<'_> {
                 return None;
             }
             return Some(Box::pin(async move {
+                // A waiter of the client that counted itself since is in line: its
+                // attempt may have found the client there and not joined again.
+                if inner.table.in_line(&name) > 0 {
+                    return;
+                }
                 if let Err(e) = raw::leave_line(&inner.conn, &name, &inner.id).await {
                     tracing::debug!(lock = %name, error = %e, "could not leave the line; a turn may wait for nobody once");
                 }

@@ -268,6 +268,77 @@ async fn clients_share_a_contended_lock_fairly() {
     assert!(longest < Duration::from_secs(1), "a wait of {longest:?}");
 }
 
+/// Four clients (four service instances) of two tasks each, each task in a loop of a
+/// read-modify-write under the lock. While one task of a client holds the lock, the
+/// other waits, and the holder's next call waits again at once: the client must stay
+/// in line throughout. It did not when a grant to one of its waiters took it out of the
+/// line while the other's first attempt, in flight, found it there (and so did not join):
+/// the client then waited without a place until the line ran empty, 230-600 lock cycles.
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_of_two_tasks_each_keep_their_place_in_line() {
+    let s = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&s, redis_rlock::DEFAULT_TURN_WINDOW).await);
+    }
+    let started = Instant::now();
+    let until = started + Duration::from_secs(2);
+    let longest = Arc::new(AtomicU64::new(0));
+    let counts: Vec<Arc<AtomicU64>> = (0..4).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        for _ in 0..2 {
+            let (lock, n, longest) = (c.lock("tn:rmw"), counts[i].clone(), longest.clone());
+            let mut conn = redis::Client::open(s.url())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < until {
+                    let asked = Instant::now();
+                    let left = until.saturating_duration_since(asked);
+                    let Ok(Some(g)) = lock.try_lock_for(left, None).await else {
+                        break;
+                    };
+                    longest.fetch_max(asked.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    n.fetch_add(1, Ordering::Relaxed);
+                    let v: Option<u64> = redis::cmd("GET")
+                        .arg("tn:rmw:n")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    let _: () = redis::cmd("SET")
+                        .arg("tn:rmw:n")
+                        .arg(v.unwrap_or(0) + 1)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    g.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let per: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let total: u64 = per.iter().sum();
+    let counter: u64 = s.cmd(&["GET", "tn:rmw:n"]);
+    let cycle = started.elapsed().as_micros() as f64 / total as f64;
+    let cycles = longest.load(Ordering::Relaxed) as f64 / cycle;
+    println!("FIGURE two_task_clients {per:?} longest wait {cycles:.1} cycles");
+    assert_eq!(counter, total, "lost updates");
+    assert!(total > 100, "only {total} grants");
+    assert!(
+        cycles <= 150.0,
+        "a wait of {cycles:.1} lock cycles ({per:?})"
+    );
+}
+
 /// Eight clients of one task each (eight service instances) take one lock in turn,
 /// with no hold and with a 1 ms hold. A release names whose turn it is, so the waiters
 /// of the other clients keep sleeping: per acquisition Redis runs the pair (an acquire

@@ -92,7 +92,7 @@ impl Waiting<'_> {
                 self.lease,
                 self.adopt,
                 self.wait,
-                self.line.joined(),
+                self.line.counted(false),
             )
             .await;
         match tried {
