@@ -19,6 +19,16 @@ async fn client(s: &RedisServer, window: Duration) -> Client {
         .unwrap()
 }
 
+/// A task that waits for `lock`, releases it at once, and returns when it got it.
+fn take_and_release(lock: redis_rlock::Lock) -> tokio::task::JoinHandle<Instant> {
+    tokio::spawn(async move {
+        let g = lock.lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    })
+}
+
 fn line(s: &RedisServer, name: &str) -> Vec<String> {
     s.cmd(&[
         "LRANGE",
@@ -168,15 +178,7 @@ async fn a_turn_used_past_its_window_costs_the_others_no_script_call() {
         }
     });
     assert!(common::eventually(Duration::from_secs(2), || line(&s, "tn:long") == [b.id()]).await);
-    let next = tokio::spawn({
-        let l = c.lock("tn:long");
-        async move {
-            let g = l.lock().await.unwrap();
-            let at = Instant::now();
-            g.unlock().await.unwrap();
-            at
-        }
-    });
+    let next = take_and_release(c.lock("tn:long"));
     // Both hear the turns channel, and c's attempt after its subscription is answered.
     let turns = redis_rlock::protocol::turns_channel("tn:long");
     assert!(
@@ -215,19 +217,27 @@ async fn a_turn_used_past_its_window_costs_the_others_no_script_call() {
     );
 }
 
-/// Four clients (as four service instances) of four tasks each on one lock held 1 ms.
-async fn shares(s: &RedisServer, window: Duration) -> (Vec<u64>, Duration) {
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        clients.push(client(s, window).await);
-    }
-    let until = Instant::now() + Duration::from_secs(3);
+/// `per` tasks of each client take `name` in a loop for `run`, doing `work` under the
+/// lock: the grants of each client and the longest wait.
+async fn contend<W, F>(
+    clients: &[Client],
+    per: usize,
+    name: &str,
+    run: Duration,
+    work: W,
+) -> (Vec<u64>, Duration)
+where
+    W: Fn() -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = ()> + Send,
+{
+    let until = Instant::now() + run;
     let longest = Arc::new(AtomicU64::new(0));
-    let counts: Vec<Arc<AtomicU64>> = (0..4).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let counts: Vec<Arc<AtomicU64>> = clients.iter().map(|_| Arc::default()).collect();
     let mut tasks = Vec::new();
     for (i, c) in clients.iter().enumerate() {
-        for _ in 0..4 {
-            let (lock, n, longest) = (c.lock("tn:share"), counts[i].clone(), longest.clone());
+        for _ in 0..per {
+            let (lock, n, longest) = (c.lock(name), counts[i].clone(), longest.clone());
+            let work = work.clone();
             tasks.push(tokio::spawn(async move {
                 while Instant::now() < until {
                     let asked = Instant::now();
@@ -237,7 +247,7 @@ async fn shares(s: &RedisServer, window: Duration) -> (Vec<u64>, Duration) {
                     };
                     longest.fetch_max(asked.elapsed().as_micros() as u64, Ordering::Relaxed);
                     n.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    work().await;
                     g.unlock().await.unwrap();
                 }
             }));
@@ -253,6 +263,16 @@ async fn shares(s: &RedisServer, window: Duration) -> (Vec<u64>, Duration) {
         counts.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
         Duration::from_micros(longest.load(Ordering::Relaxed)),
     )
+}
+
+/// Four clients (as four service instances) of four tasks each on one lock held 1 ms.
+async fn shares(s: &RedisServer, window: Duration) -> (Vec<u64>, Duration) {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(s, window).await);
+    }
+    let hold = || tokio::time::sleep(Duration::from_millis(1));
+    contend(&clients, 4, "tn:share", Duration::from_secs(3), hold).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -281,55 +301,33 @@ async fn clients_of_two_tasks_each_keep_their_place_in_line() {
     for _ in 0..4 {
         clients.push(client(&s, redis_rlock::DEFAULT_TURN_WINDOW).await);
     }
-    let started = Instant::now();
-    let until = started + Duration::from_secs(2);
-    let longest = Arc::new(AtomicU64::new(0));
-    let counts: Vec<Arc<AtomicU64>> = (0..4).map(|_| Arc::new(AtomicU64::new(0))).collect();
-    let mut tasks = Vec::new();
-    for (i, c) in clients.iter().enumerate() {
-        for _ in 0..2 {
-            let (lock, n, longest) = (c.lock("tn:rmw"), counts[i].clone(), longest.clone());
-            let mut conn = redis::Client::open(s.url())
-                .unwrap()
-                .get_multiplexed_async_connection()
+    let conn = redis::Client::open(s.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let rmw = move || {
+        let mut conn = conn.clone();
+        async move {
+            let v: Option<u64> = redis::cmd("GET")
+                .arg("tn:rmw:n")
+                .query_async(&mut conn)
                 .await
                 .unwrap();
-            tasks.push(tokio::spawn(async move {
-                while Instant::now() < until {
-                    let asked = Instant::now();
-                    let left = until.saturating_duration_since(asked);
-                    let Ok(Some(g)) = lock.try_lock_for(left, None).await else {
-                        break;
-                    };
-                    longest.fetch_max(asked.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    n.fetch_add(1, Ordering::Relaxed);
-                    let v: Option<u64> = redis::cmd("GET")
-                        .arg("tn:rmw:n")
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    let _: () = redis::cmd("SET")
-                        .arg("tn:rmw:n")
-                        .arg(v.unwrap_or(0) + 1)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    g.unlock().await.unwrap();
-                }
-            }));
+            let _: () = redis::cmd("SET")
+                .arg("tn:rmw:n")
+                .arg(v.unwrap_or(0) + 1)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
         }
-    }
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(30), t)
-            .await
-            .unwrap()
-            .unwrap();
-    }
-    let per: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    };
+    let started = Instant::now();
+    let (per, longest) = contend(&clients, 2, "tn:rmw", Duration::from_secs(2), rmw).await;
     let total: u64 = per.iter().sum();
     let counter: u64 = s.cmd(&["GET", "tn:rmw:n"]);
     let cycle = started.elapsed().as_micros() as f64 / total as f64;
-    let cycles = longest.load(Ordering::Relaxed) as f64 / cycle;
+    let cycles = longest.as_micros() as f64 / cycle;
     println!("FIGURE two_task_clients {per:?} longest wait {cycles:.1} cycles");
     assert_eq!(counter, total, "lost updates");
     assert!(total > 100, "only {total} grants");
@@ -455,15 +453,7 @@ async fn a_waiter_that_let_a_dead_clients_turn_pass_is_woken_when_it_ends() {
     let (a, c) = (client(&s, window).await, client(&s, window).await);
     for round in 0..3 {
         let held = a.lock("tn:lapse").lock().await.unwrap();
-        let waiter = tokio::spawn({
-            let l = c.lock("tn:lapse");
-            async move {
-                let g = l.lock().await.unwrap();
-                let at = Instant::now();
-                g.unlock().await.unwrap();
-                at
-            }
-        });
+        let waiter = take_and_release(c.lock("tn:lapse"));
         // c is in line and hears the turns channel; a dead client is put ahead of it.
         let turns = redis_rlock::protocol::turns_channel("tn:lapse");
         assert!(
