@@ -19,16 +19,17 @@ const LEAVE_BUDGET: Duration = Duration::from_millis(5);
 pub(crate) enum Counted {
     /// Not counted: it does not wait, or waits without turns.
     No,
-    /// Counted, its first attempt: a grant takes the client out of the line only if it
-    /// was there for another reason, which a lone caller's first attempt cannot know,
-    /// so it leaves the line alone (an uncontended lock costs no `LREM`).
+    /// Counted, its first attempt: it has not put the client in line, so its grant
+    /// never takes the client out (an uncontended lock runs no `LREM`), and keeps it in
+    /// line if other waiters of the client are counted.
     First,
     /// Counted, and answered busy before: it put the client in line.
     Waiting,
 }
 
 /// This acquisition's part in its client's place in the lock's line in Redis
-/// (`docs/protocol.md` 2.6): joined at its first busy reply. When the client's last such
+/// (`docs/protocol.md` 2.6): joined at its first busy reply, or, for a plain lock's
+/// caller that will wait, before its first attempt is sent. When the client's last such
 /// acquisition ends without the lock from Redis (out of time, cancelled, or handed the
 /// lock by a task of its own), the client leaves the line, so that no turn is given to
 /// a client with nobody waiting. A grant from Redis took it out already.
