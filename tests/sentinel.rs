@@ -364,12 +364,27 @@ async fn double_grant_rate_at_failover_with_replica_sync_on_and_off() {
         let (mut doubles, mut a_grants, mut recover_ms) = (0, 0, Vec::new());
         for t in 0..trials {
             let name = format!("dg:{sync_on}:{t}");
-            // Sentinels pick only replicas they have fresh INFO about.
-            assert!(
-                common::eventually(Duration::from_secs(30), || sentinels
+            // Sentinels pick only replicas they have fresh INFO about. They must also agree
+            // on the master, and it must serve both replicas: the heal of the last trial can
+            // leave one sentinel a failover behind the others (they fail over on their own
+            // while a master is black-holed), and black-holing the master it names would
+            // then cut a replica off instead.
+            let settled = || {
+                let ports: Vec<Option<u16>> = sentinels
                     .iter()
-                    .all(|s| s.sees("mymaster", 2, 2)))
-                .await
+                    .map(|s| s.master_port("mymaster"))
+                    .collect();
+                let Some(p) = ports[0] else { return false };
+                let Some(i) = proxies.iter().position(|x| x.port == p) else {
+                    return false;
+                };
+                ports.iter().all(|q| *q == Some(p))
+                    && online(&nodes[i]) == 2
+                    && sentinels.iter().all(|s| s.sees("mymaster", 2, 2))
+            };
+            assert!(
+                common::eventually(Duration::from_secs(30), settled).await,
+                "sentinels did not settle on one master with 2 replicas"
             );
             let old = master_proxy();
             let idx = proxies.iter().position(|p| p.port == old).unwrap();
