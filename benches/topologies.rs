@@ -1,7 +1,7 @@
 //! W1 (an uncontended lock+unlock pair, one task) on the topologies the tests start, with
 //! replica sync on where it is the default: a single server, Sentinel (a master, two
-//! replicas, three sentinels) and a Cluster (3 masters + 3 replicas), each in the same
-//! run, as ratios to the single server. Then the same on Sentinel while one replica is
+//! replicas, three sentinels) and a Cluster (3 masters + 3 replicas), in the same run, a
+//! pair on each in turn, as ratios to the single server. Then the same on Sentinel while one replica is
 //! SIGSTOPped: 8 tasks take locks of their own at once, and the slowest pair shows
 //! whether calls queue behind each other's `WAIT` (each waits at most the sync timeout,
 //! 1 s by default, if they do not).
@@ -26,17 +26,45 @@ fn pairs() -> usize {
         .unwrap_or(300)
 }
 
-/// p50 and p99 of `n` lock+unlock pairs on fresh names.
-async fn w1(c: &Client, tag: &str, n: usize) -> (Duration, Duration) {
-    let mut t = Vec::with_capacity(n);
-    for i in 0..n {
-        let lock = c.lock(format!("{{{tag}}}:w1:{}", i % 16));
-        let at = Instant::now();
-        lock.lock().await.unwrap().unlock().await.unwrap();
-        t.push(at.elapsed());
+/// Times of one pair: the lock, the unlock and the two together.
+struct Pairs {
+    lock: Vec<Duration>,
+    unlock: Vec<Duration>,
+    pair: Vec<Duration>,
+}
+
+impl Pairs {
+    fn p(v: &mut [Duration], q: usize) -> Duration {
+        v.sort();
+        v[(v.len() * q / 100).min(v.len() - 1)]
     }
-    t.sort();
-    (t[n / 2], t[n * 99 / 100])
+}
+
+/// `n` lock+unlock pairs on each client, taken in turns (one pair on each client, then
+/// the next), so that a slow moment of this shared machine falls on all of them alike.
+async fn w1(clients: &[&Client], tag: &str, n: usize) -> Vec<Pairs> {
+    let mut out: Vec<Pairs> = clients
+        .iter()
+        .map(|_| Pairs {
+            lock: Vec::with_capacity(n),
+            unlock: Vec::with_capacity(n),
+            pair: Vec::with_capacity(n),
+        })
+        .collect();
+    for i in 0..n {
+        for (c, times) in clients.iter().zip(out.iter_mut()) {
+            let lock = c.lock(format!("{{{tag}}}:w1:{}", i % 16));
+            let at = Instant::now();
+            let g = lock.lock().await.unwrap();
+            let locked = at.elapsed();
+            g.unlock().await.unwrap();
+            let pair = at.elapsed();
+            times.lock.push(locked);
+            times.unlock.push(pair - locked);
+            times.pair.push(pair);
+        }
+    }
+    out
 }
 
 fn main() {
@@ -50,28 +78,27 @@ fn main() {
     let cluster = ClusterTopology::start();
     rt.block_on(async {
         let c = Client::connect(single.url()).await.unwrap();
-        w1(&c, "warm", 50).await;
-        let (s50, s99) = w1(&c, "single", n).await;
-        println!("single server: W1 pair p50 {s50:?} p99 {s99:?}");
-
         let sc = Client::sentinel(&sentinel.sentinel_urls(), &sentinel.master_name)
             .build()
             .await
             .unwrap();
-        w1(&sc, "warm", 50).await;
-        let (p50, p99) = w1(&sc, "sentinel", n).await;
-        println!(
-            "sentinel, sync on: W1 pair p50 {p50:?} p99 {p99:?}: {:.2}x of the single server's p50",
-            p50.as_secs_f64() / s50.as_secs_f64()
-        );
-
         let cc = Client::cluster(&cluster.urls()).build().await.unwrap();
-        w1(&cc, "warm", 50).await;
-        let (c50, c99) = w1(&cc, "cluster", n).await;
-        println!(
-            "cluster, sync on: W1 pair p50 {c50:?} p99 {c99:?}: {:.2}x of the single server's p50",
-            c50.as_secs_f64() / s50.as_secs_f64()
-        );
+        let clients = [&c, &sc, &cc];
+        w1(&clients, "warm", 50).await;
+        let mut runs = w1(&clients, "w1", n).await;
+        let s50 = Pairs::p(&mut runs[0].pair, 50);
+        for (name, t) in ["single server", "sentinel, sync on", "cluster, sync on"]
+            .iter()
+            .zip(runs.iter_mut())
+        {
+            let (p50, p99) = (Pairs::p(&mut t.pair, 50), Pairs::p(&mut t.pair, 99));
+            println!(
+                "{name}: W1 pair p50 {p50:?} p99 {p99:?} (lock p50 {:?}, unlock p50 {:?}): {:.2}x of the single server's p50",
+                Pairs::p(&mut t.lock, 50),
+                Pairs::p(&mut t.unlock, 50),
+                p50.as_secs_f64() / s50.as_secs_f64()
+            );
+        }
 
         // One replica paused: the other still acknowledges, so every WAIT is answered;
         // a call must not wait behind another's.
