@@ -88,12 +88,16 @@ impl std::fmt::Debug for Deployment {
 
 /// Whether writes wait for replicas (Redisson's `checkLockSyncedSlaves`).
 ///
-/// With `Wait`, every acquire, unlock and renewal is followed, in the same pipeline on
-/// the same connection, by `WAIT acks timeout`. An acquisition that no replica
-/// acknowledged is rolled back, so that a failover cannot hand the lock to a second
-/// holder; then it is retried or fails with [`Error::NotReplicated`](crate::Error::NotReplicated), as
-/// [`SyncFailure`] says. On by default for Sentinel and Cluster, off for a single
-/// server.
+/// With `Wait`, every acquire and renewal (and every write of the semaphores and the
+/// latch) is followed, in the same pipeline on the same connection, by
+/// `WAIT acks timeout`. An acquisition that no replica acknowledged is rolled back, so
+/// that a failover cannot hand the lock to a second holder; then it is retried or fails
+/// with [`Error::NotReplicated`](crate::Error::NotReplicated), as [`SyncFailure`] says.
+/// A lock's unlock is sent without `WAIT` (Redisson waits there too): its answer would
+/// change nothing, as an unlock lost at failover leaves a lock that ends with its
+/// lease, and waiting for it would only make every unlock slower. Hand-over between
+/// tasks of a client is off while sync is on. On by default for Sentinel and Cluster,
+/// off for a single server.
 ///
 /// `WAIT` blocks the connection it runs on, and the watchdog's renewals share it: keep
 /// its timeout well below a third of the watchdog timeout (the renewal period), or

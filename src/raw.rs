@@ -347,16 +347,15 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         Kind::Read | Kind::Write => rw::release_call(conn, call),
         Kind::Fair => fair::release_call(conn, call),
     };
-    let reply = script
-        .run(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
-    let (reply, synced) = reply;
-    if synced == Synced::Acked(0) {
-        // Nothing to undo: an unlock that is lost at failover leaves a lock that
-        // expires by its lease, which is safe.
-        tracing::debug!(lock = %call.name, "no replica acknowledged an unlock");
-    }
+    // A release waits for no replica: the answer would change nothing, since a release
+    // lost at failover leaves a lock that ends with its lease, which is safe. Only a
+    // hand-over grants, and replica sync turns hand-over off (`ClientInner::hands_over`):
+    // were it on, a grant would need the acquire's rollback.
+    let sent = match call.next {
+        Some(_) => script.run(conn).await,
+        None => script.run_unsynced(conn).await,
+    };
+    let (reply, _) = sent.map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
     let decoded =
         UnlockReply::from_redis_value(reply.clone()).map_err(|_| unexpected("unlock", &reply))?;
     match decoded {

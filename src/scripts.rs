@@ -290,6 +290,19 @@ impl ScriptCall {
             other => other,
         }
     }
+
+    /// Sends the call like [`run`](Self::run), but never followed by `WAIT`: for writes
+    /// whose caller would do nothing with the replicas' answer, as `WAIT` only delays
+    /// the reply and replication runs the same without it.
+    pub(crate) async fn run_unsynced(self, conn: &Conn) -> RedisResult<(Value, Synced)> {
+        let reply = match conn.query(&self.command(true)).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                Box::pin(conn.query(&self.command(false))).await
+            }
+            other => other,
+        }?;
+        Ok((reply, Synced::NotAsked))
+    }
 }
 
 #[cfg(test)]

@@ -83,6 +83,24 @@ async fn sentinel_locks_wait_for_a_replica_and_the_off_switch_sends_no_wait() {
         .expect("waiter served")
         .unwrap();
 
+    // A grant waits for a replica; an unlock does not (it would only wait longer for
+    // an answer nothing acts on).
+    let before = wait_calls(m);
+    let l = c.lock("sn:pairs");
+    for _ in 0..5 {
+        let g = l
+            .try_lock_for(Duration::ZERO, Some(Duration::from_secs(10)))
+            .await
+            .unwrap()
+            .expect("free");
+        g.unlock().await.unwrap();
+    }
+    assert_eq!(
+        wait_calls(m) - before,
+        5,
+        "one WAIT per grant and none per unlock"
+    );
+
     // The off switch: no WAIT at all.
     let off = client(&topo, Duration::from_millis(900), Some(ReplicaSync::Off)).await;
     let before = wait_calls(m);
