@@ -67,6 +67,34 @@ async fn w1(clients: &[&Client], tag: &str, n: usize) -> Vec<Pairs> {
     out
 }
 
+/// 8 tasks of `c` take and release one name for `secs`: grants, and the longest wait.
+async fn w3(c: &Client, secs: Duration) -> (u64, Duration) {
+    let until = Instant::now() + secs;
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let lock = c.lock("{w3}:one");
+            tokio::spawn(async move {
+                let (mut grants, mut longest) = (0u64, Duration::ZERO);
+                while Instant::now() < until {
+                    let at = Instant::now();
+                    let g = lock.lock().await.unwrap();
+                    longest = longest.max(at.elapsed());
+                    grants += 1;
+                    g.unlock().await.unwrap();
+                }
+                (grants, longest)
+            })
+        })
+        .collect();
+    let (mut grants, mut longest) = (0, Duration::ZERO);
+    for t in tasks {
+        let (g, l) = t.await.unwrap();
+        grants += g;
+        longest = longest.max(l);
+    }
+    (grants, longest)
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -97,6 +125,21 @@ fn main() {
                 Pairs::p(&mut t.lock, 50),
                 Pairs::p(&mut t.unlock, 50),
                 p50.as_secs_f64() / s50.as_secs_f64()
+            );
+        }
+
+        // W3 (8 tasks of one client on one name, no hold): what a contended lock costs
+        // through Sentinel with sync on, against the same client with sync off.
+        let so = Client::sentinel(&sentinel.sentinel_urls(), &sentinel.master_name)
+            .replica_sync(redis_rlock::ReplicaSync::Off)
+            .build()
+            .await
+            .unwrap();
+        for (name, client) in [("single server", &c), ("sentinel, sync on", &sc), ("sentinel, sync off", &so)] {
+            let (grants, longest) = w3(client, Duration::from_secs(2)).await;
+            println!(
+                "{name}: W3 8 tasks one name, {:.0} grants/s, longest wait {longest:?}",
+                grants as f64 / 2.0
             );
         }
 

@@ -84,9 +84,10 @@ impl ClientBuilder {
     /// script writes the waiter's field and the unlock's reply is the grant. Among this
     /// client's waiters it goes oldest first. The limit, with
     /// [`handover_window`](Self::handover_window), is what keeps waiters of other
-    /// clients, which only hear published releases, from starving. Hand-over is not
-    /// used with [`ReplicaSync::Wait`] (the default on Sentinel and Cluster), where a
-    /// grant would need a replica's acknowledgement.
+    /// clients, which only hear published releases, from starving. With
+    /// [`ReplicaSync::Wait`] (the default on Sentinel and Cluster) a hand-over is a
+    /// grant like any other: the unlock that makes it waits for a replica, and one that
+    /// no replica acknowledged is undone, so that the waiter acquires on its own.
     pub fn handover_limit(mut self, limit: u32) -> Self {
         self.config.handover_limit = limit;
         self

@@ -95,9 +95,11 @@ impl std::fmt::Debug for Deployment {
 /// with [`Error::NotReplicated`](crate::Error::NotReplicated), as [`SyncFailure`] says.
 /// A lock's unlock is sent without `WAIT` (Redisson waits there too): its answer would
 /// change nothing, as an unlock lost at failover leaves a lock that ends with its
-/// lease, and waiting for it would only make every unlock slower. Hand-over between
-/// tasks of a client is off while sync is on. On by default for Sentinel and Cluster,
-/// off for a single server.
+/// lease, and waiting for it would only make every unlock slower. The exception is an
+/// unlock that may hand the lock to another task of the client
+/// ([`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit)): that is
+/// a grant, synced and undone like an acquisition. On by default for Sentinel and
+/// Cluster, off for a single server.
 ///
 /// `WAIT` blocks the connection it runs on, and the watchdog's renewals share it: keep
 /// its timeout well below a third of the watchdog timeout (the renewal period), or

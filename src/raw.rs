@@ -315,6 +315,32 @@ async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
     }
 }
 
+/// Gives back the hold an unlock handed to `call.next` when no replica acknowledged it.
+/// Best effort, as for [`rollback`]: if this fails too, the hold ends with its lease.
+async fn undo_handover(conn: &Conn, call: &ReleaseCall<'_>) {
+    let Some((field, _)) = call.next else { return };
+    let latch = latch_key(call.name, &request_id());
+    let undo = ReleaseCall {
+        latch: &latch,
+        field,
+        next: None,
+        keep: None,
+        holds: 1,
+        retry: false,
+        turn_window: Duration::ZERO,
+        gives_way: false,
+        ..*call
+    };
+    match Box::pin(release(conn, &undo)).await {
+        Ok(r) => {
+            tracing::warn!(lock = %call.name, outcome = ?r, "no replica acknowledged a hand-over; undone")
+        }
+        Err(e) => {
+            tracing::warn!(lock = %call.name, error = %e, "no replica acknowledged a hand-over, and undoing it failed; the hold ends with its lease")
+        }
+    }
+}
+
 /// The unlock script's inputs: which holds to release, and the request id that makes a
 /// retry of the same call replay its first outcome.
 pub(crate) struct ReleaseCall<'a> {
@@ -347,15 +373,15 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         Kind::Read | Kind::Write => rw::release_call(conn, call),
         Kind::Fair => fair::release_call(conn, call),
     };
-    // A release waits for no replica: the answer would change nothing, since a release
-    // lost at failover leaves a lock that ends with its lease, which is safe. Only a
-    // hand-over grants, and replica sync turns hand-over off (`ClientInner::hands_over`):
-    // were it on, a grant would need the acquire's rollback.
+    // Only a release that may hand over waits for a replica, as a hand-over is a grant.
+    // Any other would wait for an answer nothing acts on: a release lost at failover
+    // leaves a lock that ends with its lease, which is safe.
     let sent = match call.next {
         Some(_) => script.run(conn).await,
         None => script.run_unsynced(conn).await,
     };
-    let (reply, _) = sent.map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
+    let (reply, synced) =
+        sent.map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
     let decoded =
         UnlockReply::from_redis_value(reply.clone()).map_err(|_| unexpected("unlock", &reply))?;
     match decoded {
@@ -364,6 +390,13 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         UnlockReply::Released => Ok(Release::Released),
         UnlockReply::GaveWay if call.next.is_some() => Ok(Release::GaveWay),
         UnlockReply::GaveWay => Err(unexpected("unlock", &reply)),
+        UnlockReply::HandedOver(_) if synced == Synced::Acked(0) => {
+            // Undone like an acquisition no replica acknowledged. The waiter, handed
+            // nothing, then acquires on its own, where `SyncFailure` applies. Rare, and
+            // boxed like the acquire's rollback.
+            Box::pin(undo_handover(conn, call)).await;
+            Ok(Release::Released)
+        }
         UnlockReply::HandedOver(token) if token_ok(call.fenced, token) && call.next.is_some() => {
             Ok(Release::HandedOver {
                 token: token as u64,

@@ -49,7 +49,13 @@ impl ClientInner {
     /// little more: how long an offered waiter waits for the unlock carrying its offer,
     /// and a request waits for earlier ones of the same holder field.
     pub(crate) fn offer_bound(&self) -> Duration {
+        // A synced unlock also waits for its `WAIT`, and its undo when nobody acked.
+        let sync = match self.conn.sync() {
+            ReplicaSync::Wait { timeout, .. } => *timeout,
+            ReplicaSync::Off => Duration::ZERO,
+        };
         (self.config.response_timeout + self.config.connect_timeout) * 3
+            + sync
             + Duration::from_millis(100)
     }
 
@@ -76,10 +82,10 @@ impl ClientInner {
 
     /// Whether releases may be handed to this client's waiters (see
     /// [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit)). With
-    /// replica sync a grant would need the acknowledgement an acquire gets; there every
-    /// release is published.
+    /// replica sync a hand-over waits for a replica like an acquire, and is undone when
+    /// none acknowledged it (`raw::release`).
     pub(crate) fn hands_over(&self) -> bool {
-        self.config.handover_limit > 0 && matches!(self.conn.sync(), ReplicaSync::Off)
+        self.config.handover_limit > 0
     }
 
     /// How long a request latch is kept: long enough to outlive every retry of its

@@ -143,6 +143,62 @@ async fn sentinel_unsynced_acquisition_is_rolled_back() {
     // With the replicas back, the same lock is granted.
     let g = c.lock("sn:unsynced").try_lock().await.unwrap().unwrap();
     g.unlock().await.unwrap();
+
+    // A hand-over is a grant too: one that no replica acknowledged is undone, and the
+    // waiter it was meant for goes on waiting (its own attempts are rolled back the same
+    // way) until a grant reaches a replica.
+    let g = c
+        .lock("sn:handover")
+        .try_lock_for(Duration::ZERO, Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("free");
+    let waiter = tokio::spawn({
+        let l = c.lock("sn:handover");
+        async move { l.try_lock_for(Duration::from_secs(20), None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for r in &topo.replicas {
+        r.signal("STOP");
+    }
+    g.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let served_unsynced = waiter.is_finished();
+    for r in &topo.replicas {
+        r.signal("CONT");
+    }
+    assert!(
+        !served_unsynced,
+        "the waiter was served while no replica acknowledged"
+    );
+    let g = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("served once the replicas are back")
+        .unwrap()
+        .unwrap()
+        .expect("granted");
+    let copies: i64 = topo
+        .nodes()
+        .into_iter()
+        .map(|n| n.cmd::<i64>(&["EXISTS", "sn:handover"]))
+        .sum();
+    assert!(copies >= 2, "the grant reached no replica");
+    g.unlock().await.unwrap();
+
+    // With replicas that answer, the release goes straight to the waiter.
+    let g = c.lock("sn:handover").lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let l = c.lock("sn:handover");
+        async move { l.lock().await.unwrap().unlock().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = c.stats().handovers;
+    g.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("served")
+        .unwrap();
+    assert_eq!(c.stats().handovers, before + 1, "not handed over");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
