@@ -51,10 +51,12 @@ mod flags;
 mod replies;
 mod rw;
 mod turns;
+mod undo;
 
 use flags::Flags;
 pub(crate) use flags::Line;
 use replies::{AcquireReply, UnlockReply};
+use undo::{rollback, undo_handover};
 
 pub(crate) use fair::{fair_leave, waiter_channel, QUEUE_TIMEOUT as FAIR_QUEUE_TIMEOUT};
 pub use fair::{queue_key, timeout_key};
@@ -281,63 +283,6 @@ fn token_ok(fenced: bool, token: i64) -> bool {
         token > 0
     } else {
         token == 0
-    }
-}
-
-/// Undoes a hold that reached no replica. Best effort: if this fails too, the hold ends
-/// with its lease.
-async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
-    let latch = latch_key(call.name, &request_id());
-    let channel = call.kind.channel(call.name);
-    let undo = ReleaseCall {
-        name: call.name,
-        channel: &channel,
-        token_key: call.token_key,
-        next: None,
-        latch: &latch,
-        field: call.field,
-        keep: None,
-        holds: 1,
-        latch_ttl: call.latch_ttl,
-        retry: false,
-        fenced: call.fenced,
-        kind: call.kind,
-        turn_window: Duration::ZERO,
-        gives_way: false,
-    };
-    match release(conn, &undo).await {
-        Ok(r) => {
-            tracing::warn!(lock = %call.name, outcome = ?r, "no replica acknowledged the acquisition; rolled back")
-        }
-        Err(e) => {
-            tracing::warn!(lock = %call.name, error = %e, "no replica acknowledged the acquisition, and the rollback failed; the hold ends with its lease")
-        }
-    }
-}
-
-/// Gives back the hold an unlock handed to `call.next` when no replica acknowledged it.
-/// Best effort, as for [`rollback`]: if this fails too, the hold ends with its lease.
-async fn undo_handover(conn: &Conn, call: &ReleaseCall<'_>) {
-    let Some((field, _)) = call.next else { return };
-    let latch = latch_key(call.name, &request_id());
-    let undo = ReleaseCall {
-        latch: &latch,
-        field,
-        next: None,
-        keep: None,
-        holds: 1,
-        retry: false,
-        turn_window: Duration::ZERO,
-        gives_way: false,
-        ..*call
-    };
-    match Box::pin(release(conn, &undo)).await {
-        Ok(r) => {
-            tracing::warn!(lock = %call.name, outcome = ?r, "no replica acknowledged a hand-over; undone")
-        }
-        Err(e) => {
-            tracing::warn!(lock = %call.name, error = %e, "no replica acknowledged a hand-over, and undoing it failed; the hold ends with its lease")
-        }
     }
 }
 
