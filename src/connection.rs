@@ -12,6 +12,7 @@
 //! Replica sync sends `WAIT` in the same pipeline as the script, so it runs on the
 //! connection that made the write: `WAIT` only counts the calling connection's writes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +63,9 @@ enum Backend {
         client: redis::Client,
         config: Config,
         lanes: Lanes<MultiplexedConnection>,
+        /// `ROLE` said the server has no replica (and nothing said otherwise since).
+        /// Until the first synced call it is not known, and counts as none.
+        no_replica: AtomicBool,
     },
     #[cfg(feature = "sentinel")]
     Sentinel(Arc<SentinelMaster>),
@@ -92,6 +96,7 @@ impl Conn {
                     client,
                     config: config.clone(),
                     lanes: Lanes::new(),
+                    no_replica: AtomicBool::new(true),
                 }
             }
             #[cfg(feature = "sentinel")]
@@ -221,8 +226,18 @@ impl Conn {
                 client,
                 config,
                 lanes,
+                no_replica,
                 ..
             } => {
+                // As on Sentinel: a server believed to have no replica is asked again
+                // before `WAIT` is skipped, as one may have attached since. Without
+                // this, each call on a server without replicas waited out the timeout.
+                if no_replica.load(Ordering::Relaxed) {
+                    if !self.has_replicas(key).await {
+                        return Ok((self.query(cmd).await?, Synced::NotAsked));
+                    }
+                    no_replica.store(false, Ordering::Relaxed);
+                }
                 let mut lane = lanes.take(|| open_lane(client, config)).await?;
                 let replies = lane.conn().send_packed_commands(&pipe, 0, 2).await?;
                 lane.keep();
@@ -260,6 +275,9 @@ impl Conn {
         };
         if acked == 0 && !self.has_replicas(key).await {
             // The node has no replica (anymore): nothing to sync with, as if unasked.
+            if let Backend::Single { no_replica, .. } = &*self.backend {
+                no_replica.store(true, Ordering::Relaxed);
+            }
             return Ok((reply, Synced::NotAsked));
         }
         Ok((reply, Synced::Acked(acked)))

@@ -617,3 +617,51 @@ async fn a_fixed_lease_inside_a_watchdog_hold_lives_as_long_as_the_watchdog_hold
     inner.unlock().await.unwrap();
     assert_eq!(s.cmd::<i64>(&["EXISTS", "edge:nested-lease"]), 0);
 }
+
+/// Replica sync asked of a single server: without a replica, no call waits out the
+/// `WAIT` timeout (nothing is sent to wait for), and once a replica has attached, grants
+/// wait for it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_sync_on_a_server_without_replicas_costs_no_wait_timeout() {
+    use redis_rlock::{ReplicaSync, SyncFailure};
+    let s = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let c = Client::builder(s.url())
+        .replica_sync(ReplicaSync::Wait {
+            timeout: Duration::from_secs(1),
+            acks: 1,
+            on_failure: SyncFailure::Fail,
+        })
+        .build()
+        .await
+        .unwrap();
+    let lock = c.lock("edge:sync-alone");
+    let started = Instant::now();
+    for _ in 0..5 {
+        let g = lock
+            .try_lock_for(Duration::from_millis(500), None)
+            .await
+            .unwrap()
+            .expect("a free lock is granted");
+        g.unlock().await.unwrap();
+    }
+    let took = started.elapsed();
+    figure("sync_alone_5_pairs", took);
+    assert!(took < Duration::from_millis(900), "{took:?}");
+    assert_eq!(s.calls("wait"), 0, "WAIT sent to a server without replicas");
+
+    // A replica attaches: grants wait for it again, and are acknowledged.
+    let r = RedisServer::start_with(&["--replicaof", "127.0.0.1", &s.port.to_string()]);
+    let online = || {
+        s.try_cmd::<String>(&["INFO", "replication"])
+            .is_ok_and(|i| i.contains("state=online"))
+    };
+    assert!(common::eventually(Duration::from_secs(20), online).await);
+    let g = lock.lock().await.unwrap();
+    assert!(s.calls("wait") >= 1, "no WAIT once a replica attached");
+    assert_eq!(
+        r.cmd::<i64>(&["EXISTS", "edge:sync-alone"]),
+        1,
+        "granted unsynced"
+    );
+    g.unlock().await.unwrap();
+}
