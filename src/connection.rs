@@ -275,6 +275,8 @@ impl Conn {
         };
         if acked == 0 && !self.has_replicas(key).await {
             // The node has no replica (anymore): nothing to sync with, as if unasked.
+            // Irrefutable in a build with neither `sentinel` nor `cluster`.
+            #[allow(irrefutable_let_patterns)]
             if let Backend::Single { no_replica, .. } = &*self.backend {
                 no_replica.store(true, Ordering::Relaxed);
             }
