@@ -98,8 +98,10 @@ impl std::fmt::Debug for Deployment {
 /// lease, and waiting for it would only make every unlock slower. The exception is an
 /// unlock that may hand the lock to another task of the client
 /// ([`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit)): that is
-/// a grant, synced and undone like an acquisition. On by default for Sentinel and
-/// Cluster, off for a single server.
+/// a grant, synced and undone like an acquisition. A master with no replica at all
+/// (asked with `ROLE` before `WAIT` is skipped) has nothing to sync with: no `WAIT` is
+/// sent and its grants stand. On by default for Sentinel and Cluster, off for a single
+/// server.
 ///
 /// `WAIT` blocks the connection it runs on, and the watchdog's renewals share it: keep
 /// its timeout well below a third of the watchdog timeout (the renewal period), or
