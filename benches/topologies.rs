@@ -129,13 +129,18 @@ fn main() {
         }
 
         // W3 (8 tasks of one client on one name, no hold): what a contended lock costs
-        // through Sentinel with sync on, against the same client with sync off.
+        // through Sentinel and Cluster with sync on, and through Sentinel with sync off.
         let so = Client::sentinel(&sentinel.sentinel_urls(), &sentinel.master_name)
             .replica_sync(redis_rlock::ReplicaSync::Off)
             .build()
             .await
             .unwrap();
-        for (name, client) in [("single server", &c), ("sentinel, sync on", &sc), ("sentinel, sync off", &so)] {
+        for (name, client) in [
+            ("single server", &c),
+            ("sentinel, sync on", &sc),
+            ("sentinel, sync off", &so),
+            ("cluster, sync on", &cc),
+        ] {
             let (grants, longest) = w3(client, Duration::from_secs(2)).await;
             println!(
                 "{name}: W3 8 tasks one name, {:.0} grants/s, longest wait {longest:?}",
