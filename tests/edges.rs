@@ -629,7 +629,7 @@ async fn replica_sync_on_a_server_without_replicas_costs_no_wait_timeout() {
         .replica_sync(ReplicaSync::Wait {
             timeout: Duration::from_secs(1),
             acks: 1,
-            on_failure: SyncFailure::Fail,
+            on_failure: SyncFailure::Retry { attempts: 3 },
         })
         .build()
         .await
@@ -651,9 +651,13 @@ async fn replica_sync_on_a_server_without_replicas_costs_no_wait_timeout() {
 
     // A replica attaches: grants wait for it again, and are acknowledged.
     let r = RedisServer::start_with(&["--replicaof", "127.0.0.1", &s.port.to_string()]);
+    // Online at the master, and done loading at the replica (which acknowledges
+    // nothing while it loads).
     let online = || {
         s.try_cmd::<String>(&["INFO", "replication"])
             .is_ok_and(|i| i.contains("state=online"))
+            && r.try_cmd::<String>(&["INFO", "replication"])
+                .is_ok_and(|i| i.contains("master_link_status:up"))
     };
     assert!(common::eventually(Duration::from_secs(20), online).await);
     let g = lock.lock().await.unwrap();
