@@ -87,7 +87,8 @@ impl ClientBuilder {
     /// clients, which only hear published releases, from starving. With
     /// [`ReplicaSync::Wait`] (the default on Sentinel and Cluster) a hand-over is a
     /// grant like any other: the unlock that makes it waits for a replica, and one that
-    /// no replica acknowledged is undone, so that the waiter acquires on its own.
+    /// no replica acknowledged is given back by the waiter, which then acquires on its
+    /// own.
     pub fn handover_limit(mut self, limit: u32) -> Self {
         self.config.handover_limit = limit;
         self

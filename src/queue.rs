@@ -42,6 +42,9 @@ pub(crate) struct Grant {
     pub(crate) token: u64,
     /// When the unlock that granted it was sent; the lease runs from no earlier.
     pub(crate) sent: Instant,
+    /// Replica sync is on and no replica acknowledged the hand-over: the waiter gives
+    /// it back, as an acquisition of its own would be rolled back, and acquires anew.
+    pub(crate) unacked: bool,
 }
 
 /// One sleeping waiter, as the unlocking side sees it.

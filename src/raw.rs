@@ -56,7 +56,7 @@ mod undo;
 use flags::Flags;
 pub(crate) use flags::Line;
 use replies::{AcquireReply, UnlockReply};
-use undo::{rollback, undo_handover};
+use undo::rollback;
 
 pub(crate) use fair::{fair_leave, waiter_channel, QUEUE_TIMEOUT as FAIR_QUEUE_TIMEOUT};
 pub use fair::{queue_key, timeout_key};
@@ -162,8 +162,9 @@ pub(crate) enum Release {
     /// The last hold released; the key is deleted and waiters were told.
     Released,
     /// The last hold released and the lock given to the waiter named in the call, with
-    /// this fencing token (0 for a plain lock); nothing was published.
-    HandedOver { token: u64 },
+    /// this fencing token (0 for a plain lock); nothing was published. `unacked`: replica
+    /// sync is on and no replica acknowledged it, so the waiter must give it back.
+    HandedOver { token: u64, unacked: bool },
     /// Released and published instead of handed over: another client waited in line,
     /// and the call said to give way to it.
     GaveWay,
@@ -335,16 +336,10 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         UnlockReply::Released => Ok(Release::Released),
         UnlockReply::GaveWay if call.next.is_some() => Ok(Release::GaveWay),
         UnlockReply::GaveWay => Err(unexpected("unlock", &reply)),
-        UnlockReply::HandedOver(_) if synced == Synced::Acked(0) => {
-            // Undone like an acquisition no replica acknowledged. The waiter, handed
-            // nothing, then acquires on its own, where `SyncFailure` applies. Rare, and
-            // boxed like the acquire's rollback.
-            Box::pin(undo_handover(conn, call)).await;
-            Ok(Release::Released)
-        }
         UnlockReply::HandedOver(token) if token_ok(call.fenced, token) && call.next.is_some() => {
             Ok(Release::HandedOver {
                 token: token as u64,
+                unacked: synced == Synced::Acked(0),
             })
         }
         UnlockReply::HandedOver(_) => Err(unexpected("unlock", &reply)),

@@ -181,11 +181,12 @@ async fn send_release(
     }
     if let Some(mut o) = offer.take() {
         match &outcome {
-            Ok(Release::HandedOver { token }) => {
+            Ok(Release::HandedOver { token, unacked }) => {
                 o.settled = true;
                 if !o.ticket.deliver(Grant {
                     token: *token,
                     sent,
+                    unacked: *unacked,
                 }) {
                     // The waiter left meanwhile: the hold is ours to give back.
                     release_detached(

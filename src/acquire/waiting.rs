@@ -232,6 +232,19 @@ impl Waiting<'_> {
             }
         };
         self.sub.wake_used();
+        if grant.unacked {
+            // Given back like an acquisition of this task that no replica acknowledged,
+            // and the next attempt, synced, meets `SyncFailure` as its own would (it
+            // waits for the release, which is in flight for the field). This task
+            // undoes it, not the unlocker: only it knows whether it took the hold by an
+            // attempt of its own meanwhile, which an undo from outside would delete.
+            tracing::warn!(lock = %target.name, "no replica acknowledged a hand-over; given back");
+            release_detached(target.inner().clone(), target.hold(&self.field));
+            // Should the release fail, the attempt adopts the hold instead of counting
+            // a second one on it.
+            self.adopt = true;
+            return Step::Attempt;
+        }
         target
             .inner()
             .stats

@@ -22,6 +22,7 @@ fn grant(token: u64) -> Grant {
     Grant {
         token,
         sent: Instant::now(),
+        unacked: false,
     }
 }
 

@@ -1,20 +1,23 @@
-//! Undoing a grant that no replica acknowledged (replica sync): an acquisition's, or a
-//! hand-over's. Either is given back at once with the unlock script, published, so that
-//! a failover cannot leave the lock with a holder the new master never heard of.
+//! Undoing an acquisition that no replica acknowledged (replica sync), so that a
+//! failover cannot leave the lock with a holder the new master never heard of. (A
+//! hand-over no replica acknowledged is given back by the waiter it was handed to:
+//! `Release::HandedOver::unacked`.)
 
 use std::time::Duration;
 
 use super::{latch_key, release, request_id, AcquireCall, ReleaseCall};
 use crate::connection::Conn;
 
-/// Undoes the hold `call` took.
+/// Releases the hold `call` took, published, with no hand-over. Best effort: if this
+/// fails too, the hold ends with its lease.
 pub(super) async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
+    let latch = latch_key(call.name, &request_id());
     let channel = call.kind.channel(call.name);
-    let base = ReleaseCall {
+    let undo = ReleaseCall {
         name: call.name,
         channel: &channel,
         token_key: call.token_key,
-        latch: "",
+        latch: &latch,
         field: call.field,
         next: None,
         keep: None,
@@ -26,38 +29,12 @@ pub(super) async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         turn_window: Duration::ZERO,
         gives_way: false,
     };
-    give_back(conn, &base, call.field, "the acquisition").await
-}
-
-/// Undoes the hold the unlock `call` handed to `call.next`.
-pub(super) async fn undo_handover(conn: &Conn, call: &ReleaseCall<'_>) {
-    if let Some((field, _)) = call.next {
-        give_back(conn, call, field, "a hand-over").await
-    }
-}
-
-/// Releases `field`'s one hold on `base`'s lock. Best effort: if this fails too, the
-/// hold ends with its lease.
-async fn give_back(conn: &Conn, base: &ReleaseCall<'_>, field: &str, what: &str) {
-    let latch = latch_key(base.name, &request_id());
-    let undo = ReleaseCall {
-        latch: &latch,
-        field,
-        next: None,
-        keep: None,
-        holds: 1,
-        retry: false,
-        turn_window: Duration::ZERO,
-        gives_way: false,
-        ..*base
-    };
-    // Boxed: `release` is what calls the undo of a hand-over.
     match Box::pin(release(conn, &undo)).await {
         Ok(r) => {
-            tracing::warn!(lock = %base.name, outcome = ?r, "no replica acknowledged {what}; undone")
+            tracing::warn!(lock = %call.name, outcome = ?r, "no replica acknowledged the acquisition; rolled back")
         }
         Err(e) => {
-            tracing::warn!(lock = %base.name, error = %e, "no replica acknowledged {what}, and undoing it failed; the hold ends with its lease")
+            tracing::warn!(lock = %call.name, error = %e, "no replica acknowledged the acquisition, and the rollback failed; the hold ends with its lease")
         }
     }
 }
