@@ -41,18 +41,17 @@ if flag('r') then
     -- The first send granted, and the hold is still there: the lease is counted from
     -- now, as the client counts it from this send. A hold gone since (expired) is not
     -- granted twice from the latch: the request then asks afresh, below.
+    -- The PEXPIRE is always sent, even where it keeps the TTL: as a write, it makes the
+    -- WAIT after this call (replica sync), which counts only this connection's writes,
+    -- cover the first send's grant too, sent maybe on another connection.
     if granted and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-            redis.call('pexpire', KEYS[1], ARGV[1])
-        end
+        redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1])))
         return {1, tonumber(granted), 1}
     end
     -- The client held nothing, and now it does: the first send ran and granted (or a
     -- hand-over whose reply was lost did). The lease is counted from now, as above.
     if knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-            redis.call('pexpire', KEYS[1], ARGV[1])
-        end
+        redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1])))
         local token = 0
         if fenced then
             token = tonumber(redis.call('get', KEYS[2]))

@@ -40,6 +40,10 @@ local publish = flag('s') and 'spublish' or 'publish'
 if flag('r') then
     local done = redis.call('get', KEYS[3])
     if done then
+        -- A write, so that the WAIT after this call (replica sync), which counts only
+        -- this connection's writes, covers the first send's writes too: the retry may
+        -- go out on another connection than the first send did.
+        redis.call('pexpire', KEYS[3], ARGV[3])
         if string.sub(done, 1, 1) == 'h' then
             return {2, tonumber(string.sub(done, 2))}
         end

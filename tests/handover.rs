@@ -235,11 +235,15 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
     let _: () = s.cmd(&["SET", "redisson_lock_token:{ho-lua}", "41"]);
     let granted = redis::Value::Array(vec![redis::Value::Int(2), redis::Value::Int(42)]);
     assert_eq!(run(&mut conn, "c:2", "0"), granted);
+    let writes = s.calls("pexpire");
     assert_eq!(
         run(&mut conn, "c:2", "1"),
         granted,
         "the retry replays the grant"
     );
+    // The replay writes (the latch's PEXPIRE), so that replica sync's WAIT after it,
+    // which counts only its own connection's writes, covers the first send as well.
+    assert_eq!(s.calls("pexpire"), writes + 1, "the replay wrote nothing");
     assert_eq!(s.cmd::<i64>(&["HLEN", "ho-lua"]), 1);
     assert_eq!(s.cmd::<i64>(&["HGET", "ho-lua", "c:2"]), 1, "granted once");
     let pttl = s.cmd::<i64>(&["PTTL", "ho-lua"]);
@@ -485,4 +489,51 @@ async fn waiters_cancelled_around_handovers_leave_no_hold_and_never_overlap() {
         .unwrap()
         .expect("free after the storm");
     g.unlock().await.unwrap();
+}
+
+#[test]
+fn a_retried_acquire_replays_its_grant_with_a_write() {
+    // The acquire script sent again after a lost reply: it replays the first grant, and
+    // writes (a PEXPIRE), so that replica sync's WAIT after the retry, which counts only
+    // its own connection's writes, covers the first send's grant as well.
+    let s = RedisServer::start();
+    let mut conn = s.conn();
+    let script = redis::Script::new(include_str!("../lua/acquire.lua"));
+    let run = |conn: &mut redis::Connection, lease: u64, flags: &str| -> redis::Value {
+        script
+            .key("acq-lua")
+            .key(redis_rlock::protocol::token_key("acq-lua"))
+            .key("redisson_lock_latch:{acq-lua}:r1")
+            .key("redisson_lock_clients:{acq-lua}")
+            .key("redisson_lock_turn:{acq-lua}")
+            .arg(lease)
+            .arg("c:1")
+            .arg(10_000)
+            .arg(0)
+            .arg(flags)
+            .invoke(conn)
+            .unwrap()
+    };
+    // A first send that granted without a latch (`f`: the client knew of no hold).
+    let first = run(&mut conn, 30_000, "f");
+    assert!(
+        matches!(first, redis::Value::Nil | redis::Value::Array(_)),
+        "{first:?}"
+    );
+    assert_eq!(s.cmd::<i64>(&["HGET", "acq-lua", "c:1"]), 1);
+    let writes = s.calls("pexpire");
+    // A lease the hold already outlasts (renewed meanwhile, say): the TTL stays, and
+    // the replay writes all the same.
+    let replay = run(&mut conn, 10_000, "fr");
+    assert!(
+        s.cmd::<i64>(&["PTTL", "acq-lua"]) > 10_000,
+        "the lease was cut"
+    );
+    assert!(matches!(replay, redis::Value::Array(_)), "{replay:?}");
+    assert_eq!(
+        s.cmd::<i64>(&["HGET", "acq-lua", "c:1"]),
+        1,
+        "granted twice"
+    );
+    assert_eq!(s.calls("pexpire"), writes + 1, "the replay wrote nothing");
 }
