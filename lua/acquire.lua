@@ -45,13 +45,13 @@ if flag('r') then
     -- WAIT after this call (replica sync), which counts only this connection's writes,
     -- cover the first send's grant too, sent maybe on another connection.
     if granted and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1])))
+        redis.call('pexpire', KEYS[1], string.format('%d', math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))))
         return {1, tonumber(granted), 1}
     end
     -- The client held nothing, and now it does: the first send ran and granted (or a
     -- hand-over whose reply was lost did). The lease is counted from now, as above.
     if knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1])))
+        redis.call('pexpire', KEYS[1], string.format('%d', math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))))
         local token = 0
         if fenced then
             token = tonumber(redis.call('get', KEYS[2]))
@@ -66,7 +66,7 @@ local function wait_in_line()
     if not redis.call('lpos', KEYS[4], me) then
         redis.call('rpush', KEYS[4], me)
     end
-    redis.call('pexpire', KEYS[4], 2 * tonumber(ARGV[1]))
+    redis.call('pexpire', KEYS[4], string.format('%d', 2 * tonumber(ARGV[1])))
 end
 local fresh = redis.call('exists', KEYS[1]) == 0
 local turn = false

@@ -239,10 +239,10 @@ impl Waiting<'_> {
             // undoes it, not the unlocker: only it knows whether it took the hold by an
             // attempt of its own meanwhile, which an undo from outside would delete.
             tracing::warn!(lock = %target.name, "no replica acknowledged a hand-over; given back");
+            // Not sent as an adopting retry: another call of the same owner may hold the
+            // field by then, and adopting its hold would make two guards of one. Should
+            // the give-back fail, the hold it leaves ends with its lease.
             release_detached(target.inner().clone(), target.hold(&self.field));
-            // Should the release fail, the attempt adopts the hold instead of counting
-            // a second one on it.
-            self.adopt = true;
             return Step::Attempt;
         }
         target
