@@ -49,7 +49,7 @@ impl ClientInner {
     /// little more: how long an offered waiter waits for the unlock carrying its offer,
     /// and a request waits for earlier ones of the same holder field.
     pub(crate) fn offer_bound(&self) -> Duration {
-        // A synced unlock also waits for its `WAIT`, and its undo when nobody acked.
+        // A synced unlock also waits for its `WAIT` (and a `ROLE` when nobody acked).
         let sync = match self.conn.sync() {
             ReplicaSync::Wait { timeout, .. } => *timeout,
             ReplicaSync::Off => Duration::ZERO,
@@ -82,8 +82,8 @@ impl ClientInner {
 
     /// Whether releases may be handed to this client's waiters (see
     /// [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit)). With
-    /// replica sync a hand-over waits for a replica like an acquire, and is undone when
-    /// none acknowledged it (`raw::release`).
+    /// replica sync a hand-over waits for a replica like an acquire, and one that none
+    /// acknowledged is given back by its waiter (`acquire/waiting.rs`).
     pub(crate) fn hands_over(&self) -> bool {
         self.config.handover_limit > 0
     }

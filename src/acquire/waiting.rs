@@ -233,15 +233,14 @@ impl Waiting<'_> {
         };
         self.sub.wake_used();
         if grant.unacked {
-            // Given back like an acquisition of this task that no replica acknowledged,
-            // and the next attempt, synced, meets `SyncFailure` as its own would (it
-            // waits for the release, which is in flight for the field). This task
-            // undoes it, not the unlocker: only it knows whether it took the hold by an
-            // attempt of its own meanwhile, which an undo from outside would delete.
+            // Given back like an acquisition of this task that no replica acknowledged;
+            // the next attempt, synced, waits for that release (in flight for the
+            // field) and meets `SyncFailure` as its own would. This task undoes it, not
+            // the unlocker: only it knows whether it took the hold by an attempt of its
+            // own meanwhile, which an undo from outside would delete. Not an adopting
+            // retry either: another call of the same owner may hold the field by then.
+            // Should the give-back fail, the hold it leaves ends with its lease.
             tracing::warn!(lock = %target.name, "no replica acknowledged a hand-over; given back");
-            // Not sent as an adopting retry: another call of the same owner may hold the
-            // field by then, and adopting its hold would make two guards of one. Should
-            // the give-back fail, the hold it leaves ends with its lease.
             release_detached(target.inner().clone(), target.hold(&self.field));
             return Step::Attempt;
         }
