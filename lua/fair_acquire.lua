@@ -22,9 +22,8 @@ local field = ARGV[2]
 if ARGV[6] == '1' then
     local granted = redis.call('get', KEYS[4])
     if (granted or ARGV[5] == '1') and redis.call('hexists', KEYS[1], field) == 1 then
-        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-            redis.call('pexpire', KEYS[1], ARGV[1])
-        end
+        -- Always a write, the TTL kept where it is longer (see acquire.lua).
+        redis.call('pexpire', KEYS[1], string.format('%d', math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))))
         return {1, 0, granted and 1 or 0}
     end
 end

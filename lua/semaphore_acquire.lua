@@ -9,6 +9,9 @@
 -- request), 0 when fewer are available (an absent key has none). A key that holds no
 -- integer answers a WRONGTYPE error and is left as it is.
 if ARGV[2] == '1' and redis.call('get', KEYS[2]) then
+    -- A write, so that replica sync's WAIT after this retry, which counts only its own
+    -- connection's writes, covers the first send's too (see acquire.lua).
+    redis.call('pexpire', KEYS[2], ARGV[3])
     return 1
 end
 local value = redis.call('get', KEYS[1])

@@ -19,9 +19,8 @@
 if ARGV[5] == '1' then
     local granted = redis.call('get', KEYS[2])
     if (granted or ARGV[4] == '1') and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-            redis.call('pexpire', KEYS[1], ARGV[1])
-        end
+        -- Always a write, the TTL kept where it is longer (see acquire.lua).
+        redis.call('pexpire', KEYS[1], string.format('%d', math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))))
         if granted then
             return {1, 0, 1}
         end

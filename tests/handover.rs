@@ -537,3 +537,80 @@ fn a_retried_acquire_replays_its_grant_with_a_write() {
     );
     assert_eq!(s.calls("pexpire"), writes + 1, "the replay wrote nothing");
 }
+
+#[test]
+fn retried_grants_of_the_other_kinds_replay_with_a_write() {
+    // As for the plain lock above: the write half of a read-write lock, a fair lock and
+    // a semaphore, each sent again after a lost reply, replay their first grant with a
+    // write (a PEXPIRE) and grant nothing twice.
+    let s = RedisServer::start();
+    let mut conn = s.conn();
+    let replay_writes =
+        |conn: &mut redis::Connection,
+         run: &dyn Fn(&mut redis::Connection, u64, &str) -> redis::Value| {
+            let first = run(conn, 30_000, "0");
+            assert!(
+                matches!(first, redis::Value::Array(_) | redis::Value::Int(1)),
+                "{first:?}"
+            );
+            let writes = s.calls("pexpire");
+            // A lease the hold already outlasts: the replay keeps the TTL, and writes.
+            let replay = run(conn, 10_000, "1");
+            assert_eq!(replay, first, "the retry replays the first grant");
+            assert_eq!(s.calls("pexpire"), writes + 1, "the replay wrote nothing");
+        };
+    let write = redis::Script::new(include_str!("../lua/write_acquire.lua"));
+    replay_writes(&mut conn, &|conn, lease, retry| {
+        write
+            .key("rw-lua")
+            .key("redisson_acquire_latch:{rw-lua}:r1")
+            .key("redisson_rwlock_writer:{rw-lua}")
+            .key("redisson_rwlock_readturn:{rw-lua}")
+            .arg(lease)
+            .arg("c:1:write")
+            .arg(10_000)
+            .arg(1)
+            .arg(retry)
+            .arg(0)
+            .arg(1_000)
+            .invoke(conn)
+            .unwrap()
+    });
+    assert_eq!(s.cmd::<i64>(&["HGET", "rw-lua", "c:1:write"]), 1);
+    assert!(
+        s.cmd::<i64>(&["PTTL", "rw-lua"]) > 10_000,
+        "the lease was cut"
+    );
+
+    let fair = redis::Script::new(include_str!("../lua/fair_acquire.lua"));
+    replay_writes(&mut conn, &|conn, lease, retry| {
+        fair.key("fair-lua")
+            .key("redisson_lock_queue:{fair-lua}")
+            .key("redisson_lock_timeout:{fair-lua}")
+            .key("redisson_acquire_latch:{fair-lua}:r1")
+            .arg(lease)
+            .arg("c:1")
+            .arg(60_000)
+            .arg(10_000)
+            .arg(1)
+            .arg(retry)
+            .arg(0)
+            .invoke(conn)
+            .unwrap()
+    });
+    assert_eq!(s.cmd::<i64>(&["HGET", "fair-lua", "c:1"]), 1);
+
+    let _: () = s.cmd(&["SET", "sem-lua", "5"]);
+    let semaphore = redis::Script::new(include_str!("../lua/semaphore_acquire.lua"));
+    replay_writes(&mut conn, &|conn, _, retry| {
+        semaphore
+            .key("sem-lua")
+            .key("redisson_semaphore_latch:{sem-lua}:r1")
+            .arg(2)
+            .arg(retry)
+            .arg(10_000)
+            .invoke(conn)
+            .unwrap()
+    });
+    assert_eq!(s.cmd::<i64>(&["GET", "sem-lua"]), 3, "permits taken twice");
+}
