@@ -37,21 +37,26 @@ local knows_none = flag('f')
 local fenced = flag('F')
 local line = flag('k') and 'keep' or (flag('l') and 'leave' or '')
 if flag('r') then
+    -- The lease counted from now, a longer TTL kept. Always a write, even where it keeps
+    -- the TTL: it makes the WAIT after this call (replica sync), which counts only this
+    -- connection's writes, cover the first send's grant too, sent maybe on another
+    -- connection.
+    local function lease_from_now()
+        local ttl = math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))
+        redis.call('pexpire', KEYS[1], string.format('%d', ttl))
+    end
     local granted = redis.call('get', KEYS[3])
     -- The first send granted, and the hold is still there: the lease is counted from
     -- now, as the client counts it from this send. A hold gone since (expired) is not
     -- granted twice from the latch: the request then asks afresh, below.
-    -- The PEXPIRE is always sent, even where it keeps the TTL: as a write, it makes the
-    -- WAIT after this call (replica sync), which counts only this connection's writes,
-    -- cover the first send's grant too, sent maybe on another connection.
     if granted and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        redis.call('pexpire', KEYS[1], string.format('%d', math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))))
+        lease_from_now()
         return {1, tonumber(granted), 1}
     end
     -- The client held nothing, and now it does: the first send ran and granted (or a
     -- hand-over whose reply was lost did). The lease is counted from now, as above.
     if knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        redis.call('pexpire', KEYS[1], string.format('%d', math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))))
+        lease_from_now()
         local token = 0
         if fenced then
             token = tonumber(redis.call('get', KEYS[2]))
