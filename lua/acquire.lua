@@ -5,6 +5,10 @@
 -- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
 -- KEYS[4]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
 -- KEYS[5]  whose turn it is to take the lock after a release: redisson_lock_turn:{<name>}
+-- KEYS[6]  which waiter of each client in line takes a direct grant (only with 'd' or
+--          'a'): redisson_lock_next:{<name>},
+--          client id -> "<until ms> <lease> <F|-> <k|-> <waiter number> <#name> <name><field>"
+--          (names such as 'a' and '{a}' share the key, so the lock's name is in it)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>"
 -- ARGV[3]  how long the latch is kept, in ms
@@ -22,6 +26,13 @@
 --              (other waiters of the client remain: it stays, or joins again at the back
 --              after using its turn) or leave (its last waiter in line); neither: the
 --              client is not in line
+--          'd' on a busy reply the caller (fresh, waiting) is named its client's taker of
+--              a direct grant (KEYS[6]): another client's unlock may write its field itself.
+--              '#<n>' after the letters: the waiter's number, which the grant's message
+--              repeats, so that a later call of the same field does not take it
+--          'a' an earlier attempt of this call was so named: a hold of the field found
+--              here is that grant (adopted, not counted twice), and a grant to the caller
+--              withdraws the naming
 -- Returns {1, token, latched} when the caller now holds the lock; for a fenced lock the
 -- token is larger than every token issued before for this name, for a plain one it is 0.
 -- latched is 1 when the latch was written (the client deletes it once the request has
@@ -36,15 +47,15 @@ end
 local knows_none = flag('f')
 local fenced = flag('F')
 local line = flag('k') and 'keep' or (flag('l') and 'leave' or '')
+-- The lease counted from now, a longer TTL kept. Always a write, even where it keeps the
+-- TTL: it makes the WAIT after this call (replica sync), which counts only this
+-- connection's writes, cover the first send's grant too, sent maybe on another
+-- connection.
+local function lease_from_now()
+    local ttl = math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))
+    redis.call('pexpire', KEYS[1], string.format('%d', ttl))
+end
 if flag('r') then
-    -- The lease counted from now, a longer TTL kept. Always a write, even where it keeps
-    -- the TTL: it makes the WAIT after this call (replica sync), which counts only this
-    -- connection's writes, cover the first send's grant too, sent maybe on another
-    -- connection.
-    local function lease_from_now()
-        local ttl = math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))
-        redis.call('pexpire', KEYS[1], string.format('%d', ttl))
-    end
     local granted = redis.call('get', KEYS[3])
     -- The first send granted, and the hold is still there: the lease is counted from
     -- now, as the client counts it from this send. A hold gone since (expired) is not
@@ -53,16 +64,17 @@ if flag('r') then
         lease_from_now()
         return {1, tonumber(granted), 1}
     end
-    -- The client held nothing, and now it does: the first send ran and granted (or a
-    -- hand-over whose reply was lost did). The lease is counted from now, as above.
-    if knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        lease_from_now()
-        local token = 0
-        if fenced then
-            token = tonumber(redis.call('get', KEYS[2]))
-        end
-        return {1, token, 0}
+end
+-- The client held nothing, and now it does: the first send ran and granted (a retry), a
+-- hand-over whose reply was lost did, or another client's unlock granted this waiter
+-- directly ('a'). The lease is counted from now, as above.
+if (flag('r') or flag('a')) and knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    lease_from_now()
+    local token = 0
+    if fenced then
+        token = tonumber(redis.call('get', KEYS[2]))
     end
+    return {1, token, 0}
 end
 local turns = tonumber(ARGV[4] or '0') > 0
 local waits = flag('w')
@@ -73,6 +85,22 @@ local function wait_in_line()
     end
     redis.call('pexpire', KEYS[4], string.format('%d', 2 * tonumber(ARGV[1])))
 end
+-- On a busy reply: with 'd', the caller becomes its client's taker of a direct grant.
+local function wait_busy()
+    wait_in_line()
+    -- Through pcall: an ACL without TIME costs the direct grants, not the lock.
+    local now = flag('d') and redis.pcall('time')
+    if type(now) == 'table' and not now.err then
+        -- Valid for half the lease: the client counts a direct grant's lease from this
+        -- call's send, so it then still has at least half of it.
+        local until_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+            + math.floor(tonumber(ARGV[1]) / 2)
+        redis.call('hset', KEYS[6], me, string.format('%d %s %s %s %s %d %s%s', until_ms,
+            ARGV[1], fenced and 'F' or '-', line == 'keep' and 'k' or '-',
+            string.match(flags, '#(%d+)') or '0', #KEYS[1], KEYS[1], ARGV[2]))
+        redis.call('pexpire', KEYS[6], string.format('%d', 2 * tonumber(ARGV[1])))
+    end
+end
 local fresh = redis.call('exists', KEYS[1]) == 0
 local turn = false
 if fresh and turns then
@@ -81,7 +109,7 @@ if fresh and turns then
     turn = redis.call('get', KEYS[5])
     if turn and turn ~= me then
         if waits then
-            wait_in_line()
+            wait_busy()
         end
         return {0, redis.call('pttl', KEYS[5]), 1}
     end
@@ -103,6 +131,13 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if fresh or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
+    if flag('a') then
+        -- This caller may still be named to take a direct grant: it has the lock now.
+        local named = redis.call('hget', KEYS[6], me)
+        if named and string.sub(named, -#KEYS[1] - #ARGV[2] - 1) == ' ' .. KEYS[1] .. ARGV[2] then
+            redis.call('hdel', KEYS[6], me)
+        end
+    end
     if turn then
         -- This client's turn is used (the release took it out of the line).
         redis.call('del', KEYS[5])
@@ -123,6 +158,6 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return {1, token, 1}
 end
 if turns and waits then
-    wait_in_line()
+    wait_busy()
 end
 return {0, redis.call('pttl', KEYS[1])}

@@ -6,7 +6,10 @@
 -- KEYS[4]  fencing token counter: redisson_lock_token:{<name>}
 -- KEYS[5]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
 -- KEYS[6]  whose turn it is to take the lock: redisson_lock_turn:{<name>}
--- KEYS[7]  this crate's turns channel: redisson_lock_turns:{<name>}
+-- KEYS[7]  this crate's turns channel: redisson_lock_turns:{<name>}; a client's own is
+--          KEYS[7] .. ':' .. <client id>, where it hears of a direct grant
+-- KEYS[8]  which waiter of each client in line takes a direct grant (only with 'd' or
+--          'c'): redisson_lock_next:{<name>} (see acquire.lua)
 -- ARGV[1]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[2]  holder field
 -- ARGV[3]  how long the latch is kept, in ms
@@ -25,10 +28,14 @@
 --              then published with that client's turn, and this client, which still
 --              has waiters, goes to the back of the line
 --          's' publish with SPUBLISH (a cluster with sharded pub/sub), else PUBLISH
+--          'd' a full release may grant the lock directly to the waiter that the first
+--              client in line named (KEYS[8]), instead of publishing
+--          'c' the releasing field may be named in KEYS[8] (its waiter gave up): withdrawn;
+--              with ARGV[4] = 0 nothing else is done
 -- The unlock message is Redisson's, "0".
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
 -- released and published, 3 when it was published because the hand-over gave way (the
--- flag 'g'), {2, token} when it was handed over to ARGV[5] (with a new fencing token for
+-- flag 'g'), 4 when it was granted directly to another client's waiter, {2, token} when it was handed over to ARGV[5] (with a new fencing token for
 -- a fenced lock, 0 for a plain one). A partial release latches '0' and
 -- a hand-over 'h<token>'; a full release that published latches nothing: a retry finds
 -- the field gone, which the client reads as "released".
@@ -37,6 +44,31 @@ local function flag(letter)
     return string.find(flags, letter, 1, true) ~= nil
 end
 local publish = flag('s') and 'spublish' or 'publish'
+local me = string.sub(ARGV[2], 1, 36)
+-- A naming (see acquire.lua): its parts, or nil when it is not for this lock.
+local function naming(named)
+    local until_ms, lease, fence, keep, waiter, len, rest =
+        string.match(named or '', '^(%d+) (%d+) (.) (.) (%d+) (%d+) (.+)$')
+    if not rest or string.sub(rest, 1, tonumber(len)) ~= KEYS[1] then
+        return nil
+    end
+    return {until_ms = tonumber(until_ms), lease = lease, fence = fence, keep = keep,
+        waiter = waiter, field = string.sub(rest, tonumber(len) + 1)}
+end
+-- Withdraws the client's naming of `field` as the taker of a direct grant.
+local function unname(field)
+    local n = naming(redis.call('hget', KEYS[8], me))
+    if n and n.field == field then
+        redis.call('hdel', KEYS[8], me)
+    end
+end
+if flag('c') then
+    unname(ARGV[2])
+    -- No holds to give back: the withdrawal was all.
+    if ARGV[4] == '0' then
+        return nil
+    end
+end
 if flag('r') then
     local done = redis.call('get', KEYS[3])
     if done then
@@ -66,13 +98,12 @@ end
 local turns = tonumber(ARGV[7] or '0') > 0
 local gave_way = false
 if ARGV[5] ~= '' and flag('g') and turns then
-    local me = string.sub(ARGV[2], 1, 36)
     local first = redis.call('lrange', KEYS[5], 0, 1)
     if (first[1] and first[1] ~= me) or first[2] then
         -- Another client waits: its turn comes before this client's next hand-over.
-        if redis.call('lrem', KEYS[5], 1, me) > 0 then
-            redis.call('rpush', KEYS[5], me)
-        end
+        -- Back in line even if the client was not there: its waiters need a place.
+        redis.call('lrem', KEYS[5], 1, me)
+        redis.call('rpush', KEYS[5], me)
         gave_way = true
     end
 end
@@ -101,12 +132,63 @@ if ARGV[5] ~= '' and not gave_way then
         -- Only this latch tells a retry that the hand-over happened: the next holder's
         -- field could also have been written by an acquire of its own still in flight.
         redis.call('set', KEYS[3], 'h' .. token, 'px', ARGV[3])
+        if flag('d') then
+            unname(ARGV[5])
+        end
         return {2, token}
     end
 end
 local next_client = false
 if turns then
     next_client = redis.call('lindex', KEYS[5], 0)
+end
+-- Grants the lock straight to the waiter that `client` (first in line, not this one)
+-- named, if that naming is still valid, the client still listens, and no subscriber
+-- of the lock's channel is outside this crate (a Redisson waiter, or a client of this
+-- crate without turns: they hear only published releases, so those go on). Whether
+-- the client listens is the receiver count of its message, sent before any write.
+local function grant_directly(client)
+    local n = naming(redis.call('hget', KEYS[8], client))
+    if not n then
+        return false
+    end
+    -- Through pcall: an ACL without TIME or PUBSUB costs the direct grants, not the
+    -- release, which is then published as usual.
+    local now = redis.pcall('time')
+    if type(now) ~= 'table' or now.err
+        or tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > n.until_ms then
+        return false
+    end
+    local counts = redis.pcall('pubsub', flag('s') and 'shardnumsub' or 'numsub', KEYS[2], KEYS[7])
+    if type(counts) ~= 'table' or counts.err or tonumber(counts[2]) > tonumber(counts[4]) then
+        return false
+    end
+    local token = 0
+    if n.fence == 'F' then
+        token = redis.pcall('incr', KEYS[4])
+        if type(token) ~= 'number' or token < 1 then
+            return false
+        end
+    end
+    local heard = redis.pcall(publish, KEYS[7] .. ':' .. client,
+        token .. ' ' .. n.waiter .. ' ' .. n.field)
+    if type(heard) ~= 'number' or heard < 1 then
+        return false
+    end
+    redis.call('hset', KEYS[1], n.field, 1)
+    redis.call('hdel', KEYS[1], ARGV[2])
+    redis.call('pexpire', KEYS[1], n.lease)
+    redis.call('lpop', KEYS[5])
+    redis.call('hdel', KEYS[8], client)
+    if n.keep == 'k' then
+        -- Other waiters of that client still wait: it keeps a place, at the back.
+        redis.call('rpush', KEYS[5], client)
+    end
+    return true
+end
+if next_client and next_client ~= me and flag('d') and grant_directly(next_client) then
+    -- A hand-over that gave way still says so: its waiter sleeps on, in its place.
+    return gave_way and 3 or 4
 end
 -- The turn is named before the unlock message, on a channel of this crate's own (a
 -- Redisson client never hears it): a subscriber gets both in this order. It is only a

@@ -12,12 +12,12 @@ mod waiting;
 pub(crate) use waiting::Wait;
 use waiting::{Queued, Step, Waiting};
 
-use crate::attempt::Tried;
+use crate::attempt::{Place, Tried};
 use crate::config::check_lease;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::identity::OwnerId;
-use crate::line::{Counted, InLine};
+use crate::line::InLine;
 use crate::raw;
 use crate::stats::Event;
 use crate::target::{Kind, Target};
@@ -112,40 +112,58 @@ impl Target {
         if matches!(wait, Wait::Until(_)) && behind.is_none() {
             line.join_before_attempt();
         }
+        // A waiter that another client's unlock may grant the lock to directly is known
+        // by its field before its first attempt, which names it if answered busy: the
+        // grant's message may come before that answer does (`docs/protocol.md` 2.7).
+        let direct = self.kind == Kind::Plain && self.inner().grants_directly();
+        let mut queued = match (wait, behind) {
+            (Wait::Until(_), None) if direct => Some(self.queued(&field, lease, true)),
+            _ => None,
+        };
         let ttl = match behind {
             Some(left) => Some(left),
-            None => match self
-                .attempt_within(owner, &field, lease, false, wait, line.counted(true))
-                .await?
-            {
-                Some(Tried::Held(guard)) => {
-                    line.granted_by_redis = true;
-                    return Ok(Some(guard));
+            None => {
+                let place = match &mut queued {
+                    Some(q) => q.before_attempt(line.counted(true)),
+                    None => Place::counted(line.counted(true)),
+                };
+                let sent = Instant::now();
+                let tried = self
+                    .attempt_within(owner, &field, lease, false, wait, place)
+                    .await?;
+                if let Some(q) = &mut queued {
+                    q.after_attempt(&tried, sent);
                 }
-                Some(Tried::Busy(ttl)) => ttl,
-                Some(Tried::Late(took)) if matches!(wait, Wait::No) => {
-                    return Err(Error::Timeout {
-                        op: "try_lock (granted after its lease ran out)",
-                        after: took,
-                    })
+                match tried {
+                    Some(Tried::Held(guard)) => {
+                        line.granted_by_redis = true;
+                        return Ok(Some(guard));
+                    }
+                    Some(Tried::Busy(ttl)) => ttl,
+                    Some(Tried::Late(took)) if matches!(wait, Wait::No) => {
+                        return Err(Error::Timeout {
+                            op: "try_lock (granted after its lease ran out)",
+                            after: took,
+                        })
+                    }
+                    // Given back already; try again as soon as the holder's lease allows.
+                    Some(Tried::Late(_)) => Some(Duration::ZERO),
+                    None if matches!(wait, Wait::No) => {
+                        return Err(Error::Timeout {
+                            op: "try_lock",
+                            after: self.inner().config.response_timeout,
+                        })
+                    }
+                    // Redis gave no answer at all before the deadline: that is not "busy".
+                    // (Once an attempt was answered busy, running out of time is `None`.)
+                    None => {
+                        return Err(Error::Timeout {
+                            op: "try_lock_for (no answer before the deadline)",
+                            after: started.elapsed(),
+                        })
+                    }
                 }
-                // Given back already; try again as soon as the holder's lease allows.
-                Some(Tried::Late(_)) => Some(Duration::ZERO),
-                None if matches!(wait, Wait::No) => {
-                    return Err(Error::Timeout {
-                        op: "try_lock",
-                        after: self.inner().config.response_timeout,
-                    })
-                }
-                // Redis gave no answer at all before the deadline: that is not "busy".
-                // (Once an attempt was answered busy, running out of time is `None`.)
-                None => {
-                    return Err(Error::Timeout {
-                        op: "try_lock_for (no answer before the deadline)",
-                        after: started.elapsed(),
-                    })
-                }
-            },
+            }
         };
         let deadline = match wait {
             Wait::No => return Ok(None),
@@ -170,15 +188,9 @@ impl Target {
             // subscription; the attempt right after the SUBSCRIBE is confirmed covers it.
             sub.ready(bound).await;
         }
-        let queued = Queued {
-            waiter: self.inner().handover.waiter(
-                &self.name,
-                &field,
-                lease.unwrap_or(self.inner().config.watchdog_timeout),
-                self.fenced,
-            ),
-            inner: self.inner().clone(),
-            hold: self.hold(&field),
+        let queued = match queued {
+            Some(q) => q,
+            None => self.queued(&field, lease, direct),
         };
         let mut waiting = Waiting {
             target: self,
@@ -215,10 +227,32 @@ impl Target {
             };
         };
         // A holder leaves in the background; one that gives up is out before it returns.
-        if !matches!(outcome, Ok(Some(_))) {
+        if matches!(outcome, Ok(Some(_))) {
+            waiting.queued.held = true;
+        } else {
             waiting.line.leave().await;
         }
         outcome
+    }
+
+    /// A waiter's place in the hand-over queue; `direct`: known by its field for direct
+    /// grants too.
+    fn queued(&self, field: &Arc<str>, lease: Option<Duration>, direct: bool) -> Queued {
+        let inner = self.inner();
+        Queued {
+            waiter: inner.handover.waiter(
+                &self.name,
+                field,
+                lease.unwrap_or(inner.config.watchdog_timeout),
+                self.fenced,
+                direct,
+            ),
+            inner: inner.clone(),
+            hold: self.hold(field),
+            direct,
+            named: false,
+            held: false,
+        }
     }
 
     /// A task that holds the read lock would wait for itself forever if it asked for the
@@ -279,7 +313,7 @@ impl Target {
         lease: Option<Duration>,
         adopt: bool,
         wait: Wait,
-        in_line: Counted,
+        place: Place,
     ) -> Result<Option<Tried>> {
         self.inner().check_open()?;
         let until = match wait {
@@ -287,7 +321,7 @@ impl Target {
             Wait::Until(deadline) => deadline,
         };
         let waits = matches!(wait, Wait::Until(_));
-        let attempt = self.attempt(owner, field, lease, adopt, waits, in_line);
+        let attempt = self.attempt(owner, field, lease, adopt, waits, place);
         match until {
             None => attempt.await.map(Some),
             Some(at) => match tokio::time::timeout_at(at, attempt).await {

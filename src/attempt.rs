@@ -19,6 +19,30 @@ use crate::stats::Event;
 use crate::table::{Begin, InFlightGuard};
 use crate::target::{Hold, Target, ATTEMPTS};
 
+/// Where an attempt of a waiting call stands in the lock's line: how it counts among
+/// its client's waiters (turns), and its part in direct grants (`docs/protocol.md` 2.7).
+#[derive(Clone, Copy)]
+pub(crate) struct Place {
+    pub(crate) in_line: Counted,
+    /// On a busy answer, the caller is named its client's taker of a direct grant,
+    /// known by this number (its waiter's).
+    pub(crate) designate: Option<u64>,
+    /// An earlier attempt of the call was so named: a hold of its field found in Redis
+    /// is that grant, adopted.
+    pub(crate) named: bool,
+}
+
+impl Place {
+    /// Counted so, and no part in direct grants.
+    pub(crate) fn counted(in_line: Counted) -> Place {
+        Place {
+            in_line,
+            designate: None,
+            named: false,
+        }
+    }
+}
+
 /// What one acquire attempt found.
 pub(crate) enum Tried {
     /// The lock is taken.
@@ -43,8 +67,9 @@ impl Target {
         lease: Option<Duration>,
         adopt: bool,
         waits: bool,
-        in_line: Counted,
+        place: Place,
     ) -> Result<Tried> {
+        let Place { in_line, .. } = place;
         let inner = self.inner().clone();
         let hold = self.hold(field);
         // A fenced re-entry draws a token of its own in Redis, as Redisson's does.
@@ -107,6 +132,10 @@ impl Target {
                             _ => raw::Line::Keep,
                         }
                     },
+                    // Only a call that knows of no hold of its field: a grant written
+                    // to the field can then be told from a hold of the caller's own.
+                    designate: place.designate.filter(|_| fresh),
+                    named: place.named && fresh,
                 };
                 let sync_retries = match inner.conn.sync() {
                     ReplicaSync::Wait {

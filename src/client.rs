@@ -20,7 +20,7 @@ use crate::janitor::Janitor;
 use crate::latch::CountDownLatch;
 use crate::lock::Lock;
 use crate::permits::PermitExpirableSemaphore;
-use crate::pubsub::PubSubHub;
+use crate::pubsub::{GrantSink, PubSubHub};
 use crate::raw::Kind;
 use crate::semaphore::Semaphore;
 use crate::services::ClientInner;
@@ -134,6 +134,19 @@ impl ClientBuilder {
             table.clone(),
             stats.clone(),
         );
+        let handover = Arc::new(crate::handover::Handover::new(
+            table.clone(),
+            config.handover_limit,
+            config.handover_window,
+        ));
+        // Direct grants heard on this client's own channels go to its waiters.
+        let grants = crate::services::grants_directly(&config, &conn).then(|| {
+            let handover = handover.clone();
+            let sink: GrantSink = Box::new(move |name, field, waiter, token| {
+                handover.direct_grant(name, field, waiter, token)
+            });
+            sink
+        });
         let pubsub = PubSubHub::start(
             &self.deployment,
             &conn,
@@ -141,15 +154,10 @@ impl ClientBuilder {
             &runtime,
             &background,
             stats.clone(),
-            id.as_str().into(),
+            (id.as_str().into(), grants),
         )
         .await?;
         let janitor = Janitor::start(conn.clone(), &runtime, &background);
-        let handover = Arc::new(crate::handover::Handover::new(
-            table.clone(),
-            config.handover_limit,
-            config.handover_window,
-        ));
         started.disarm();
         Ok(Client {
             inner: Arc::new(ClientInner {

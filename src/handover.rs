@@ -156,26 +156,57 @@ impl Handover {
     }
 
     /// A waiter of `name` that will sleep between attempts; it is not in the queue
-    /// until it [`park`](Waiter::park)s.
+    /// until it [`park`](Waiter::park)s. `direct`: another client's unlock may grant it
+    /// the lock once an attempt of it named it (`docs/protocol.md` 2.7); it can be
+    /// found by its field for that from now on.
     pub(crate) fn waiter(
         self: &Arc<Self>,
         name: &Arc<str>,
         field: &Arc<str>,
         lease: Duration,
         fenced: bool,
+        direct: bool,
     ) -> Waiter {
+        let ticket = Arc::new(Ticket {
+            field: field.clone(),
+            lease,
+            fenced,
+            seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
+            state: Mutex::new(State::Free),
+            changed: Notify::new(),
+            named_at: Mutex::new(None),
+        });
+        if direct {
+            self.table.with_queue(name, |q| {
+                q.named.insert(field.clone(), ticket.clone());
+            });
+        }
         Waiter {
             hub: self.clone(),
             name: name.clone(),
-            ticket: Arc::new(Ticket {
-                field: field.clone(),
-                lease,
-                fenced,
-                seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
-                state: Mutex::new(State::Free),
-                changed: Notify::new(),
-            }),
+            ticket,
+            direct,
         }
+    }
+
+    /// Another client's unlock granted `name` to this client's waiter of `field` (its
+    /// message was heard). `false` when no such waiter takes it: none waits (one that
+    /// gave up releases such a grant itself, see `release_named`), or it is busy with an
+    /// offer of this client's.
+    /// `waiter`: the number the naming carried; a later call of the same field has
+    /// another, and leaves the grant to the release of the call that gave up.
+    pub(crate) fn direct_grant(
+        &self,
+        name: &Arc<str>,
+        field: &str,
+        waiter: u64,
+        token: u64,
+    ) -> bool {
+        let ticket = self
+            .table
+            .peek_queue(name, |q| q.named.get(field).cloned())
+            .flatten();
+        ticket.is_some_and(|t| t.seq == waiter && t.grant_directly(token))
     }
 
     fn remove(&self, name: &Arc<str>, seq: u64) {
@@ -195,6 +226,8 @@ pub(crate) struct Waiter {
     hub: Arc<Handover>,
     name: Arc<str>,
     ticket: Arc<Ticket>,
+    /// Registered by field for direct grants.
+    direct: bool,
 }
 
 impl Waiter {
@@ -273,30 +306,82 @@ impl Waiter {
             }
             *s = State::Abandoned;
         }
-        self.ticket = Arc::new(Ticket {
+        let ticket = Arc::new(Ticket {
             field: self.ticket.field.clone(),
             lease: self.ticket.lease,
             fenced: self.ticket.fenced,
             seq: self.ticket.seq,
             state: Mutex::new(State::Free),
             changed: Notify::new(),
+            named_at: Mutex::new(*self.ticket.named_at.lock()),
         });
+        if self.direct {
+            self.hub.table.with_queue(&self.name, |q| {
+                q.named.insert(ticket.field.clone(), ticket.clone());
+            });
+        }
+        self.ticket = ticket;
         Woke::Free
+    }
+
+    /// The number this waiter is named by (unique in its client).
+    pub(crate) fn number(&self) -> u64 {
+        self.ticket.seq
+    }
+
+    /// An attempt that may name this waiter the taker of a direct grant is sent at `at`
+    /// (see [`Ticket::named_at`]). Until an answer says the naming stands, the grant's
+    /// lease is counted from the earlier naming, if any.
+    pub(crate) fn naming(&self, at: Instant) {
+        self.ticket.named_at.lock().get_or_insert(at);
+    }
+
+    /// The attempt sent at `at` was answered busy: it named this waiter.
+    pub(crate) fn named(&self, at: Instant) {
+        *self.ticket.named_at.lock() = Some(at);
+    }
+
+    /// The waiter took the lock by an attempt of its own, which adopted a direct grant
+    /// if one was made: a grant heard for it is that same hold, not another one.
+    pub(crate) fn discard_grant(&self) {
+        let mut s = self.ticket.state.lock();
+        if matches!(*s, State::Granted(g) if g.direct) {
+            *s = State::Free;
+        }
     }
 
     /// Leaves for good. Returns a grant that arrived and was never taken: the caller
     /// must release that hold. An offer still in flight is left to the unlocking side,
-    /// which releases the hold if it is granted.
-    pub(crate) fn leave(&self) -> Option<Grant> {
+    /// which releases the hold if it is granted: [`Left::Offered`].
+    pub(crate) fn leave(&self) -> Left {
+        if self.direct {
+            let (field, seq) = (&self.ticket.field, self.ticket.seq);
+            self.hub.table.with_queue(&self.name, |q| {
+                if q.named.get(field).is_some_and(|t| t.seq == seq) {
+                    q.named.remove(field);
+                }
+            });
+        }
         self.hub.remove(&self.name, self.ticket.seq);
         let mut s = self.ticket.state.lock();
         let left = match *s {
-            State::Granted(g) => Some(g),
-            _ => None,
+            State::Granted(g) => Left::Granted(g),
+            State::Offered => Left::Offered,
+            _ => Left::Empty,
         };
         *s = State::Gone;
         left
     }
+}
+
+/// What a waiter left behind (see [`Waiter::leave`]).
+pub(crate) enum Left {
+    /// A grant it never took.
+    Granted(Grant),
+    /// An offer of this client's unlock, still in flight: the unlock settles the hold.
+    Offered,
+    /// Nothing of this client's.
+    Empty,
 }
 
 #[cfg(test)]

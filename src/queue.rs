@@ -5,7 +5,7 @@
 //! A ticket is settled exactly once, under its own mutex, by whichever side comes second:
 //! the unlock delivering a grant, or the waiter leaving (cancelled or out of time).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +45,10 @@ pub(crate) struct Grant {
     /// Replica sync is on and no replica acknowledged the hand-over: the waiter gives
     /// it back, as an acquisition of its own would be rolled back, and acquires anew.
     pub(crate) unacked: bool,
+    /// Granted by another client's unlock to the waiter its client named
+    /// (`docs/protocol.md` 2.7), not handed over by this client; `sent` is then when
+    /// the waiter's attempt that named it was sent.
+    pub(crate) direct: bool,
 }
 
 /// One sleeping waiter, as the unlocking side sees it.
@@ -58,6 +62,9 @@ pub(crate) struct Ticket {
     pub(crate) seq: u64,
     pub(crate) state: Mutex<State>,
     pub(crate) changed: Notify,
+    /// When the waiter's attempt that may have named it the taker of a direct grant
+    /// was sent (`None`: never named). A direct grant's lease runs from no earlier.
+    pub(crate) named_at: Mutex<Option<Instant>>,
 }
 
 impl Ticket {
@@ -78,6 +85,28 @@ impl Ticket {
         drop(s);
         self.changed.notify_one();
         delivered
+    }
+
+    /// Another client's unlock granted this waiter the lock directly (its message was
+    /// heard). Taken only by a waiter with no offer or outcome pending; `false`
+    /// otherwise, and for a waiter never named.
+    pub(crate) fn grant_directly(&self, token: u64) -> bool {
+        let Some(sent) = *self.named_at.lock() else {
+            return false;
+        };
+        let mut s = self.state.lock();
+        if *s != State::Free {
+            return false;
+        }
+        *s = State::Granted(Grant {
+            token,
+            sent,
+            unacked: false,
+            direct: true,
+        });
+        drop(s);
+        self.changed.notify_one();
+        true
     }
 
     /// The unlock did not hand over (holds remained, or nothing was held): the waiter
@@ -124,6 +153,9 @@ pub(crate) struct Queue {
     /// said. A task that finds others asleep here waits behind them until then at most,
     /// without asking Redis what they already know.
     pub(crate) holder_until: Option<Instant>,
+    /// Every waiter that another client's unlock may grant the lock to directly, asleep
+    /// or not, by holder field (`docs/protocol.md` 2.7).
+    pub(crate) named: HashMap<Arc<str>, Arc<Ticket>>,
 }
 
 impl Queue {
@@ -131,6 +163,7 @@ impl Queue {
     /// no hold-back in force.
     pub(crate) fn idle(&self, now: Instant, window: Duration) -> bool {
         self.sleeping.is_empty()
+            && self.named.is_empty()
             && self.yield_until.is_none_or(|u| u <= now)
             && (self.streak == 0 || self.streak_began.is_none_or(|t| t + window <= now))
     }

@@ -64,8 +64,8 @@ pub(crate) use rw::{
     clear_writer_mark, force_release_rw, renew_read, RW_CHANNEL_PREFIX, WRITER_MARK,
 };
 pub use rw::{read_turn_key, reader_key, rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
-pub use turns::{clients_key, turn_key, turns_channel};
-pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl};
+pub use turns::{clients_key, grant_channel, next_key, turn_key, turns_channel};
+pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl, withdraw_naming};
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
 /// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster
@@ -168,6 +168,10 @@ pub(crate) enum Release {
     /// Released and published instead of handed over: another client waited in line,
     /// and the call said to give way to it.
     GaveWay,
+    /// The last hold released and the lock granted directly to the waiter another
+    /// client named (`docs/protocol.md` 2.7); nothing was published on the lock's
+    /// channel.
+    Passed,
 }
 
 fn ms(d: Duration) -> u128 {
@@ -204,6 +208,13 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) waits: bool,
     /// What a first grant does to the client's place in the line.
     pub(crate) line: Line,
+    /// On a busy reply, name the caller its client's taker of a direct grant (flag
+    /// `d`; `docs/protocol.md` 2.7), with this waiter number, which the grant's
+    /// message repeats.
+    pub(crate) designate: Option<u64>,
+    /// An earlier attempt of this call was so named: a hold of the field found now is
+    /// that grant, adopted (flag `a`).
+    pub(crate) named: bool,
 }
 
 fn flag(b: bool) -> &'static str {
@@ -216,13 +227,20 @@ fn flag(b: bool) -> &'static str {
 
 pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attempt> {
     let script = match call.kind {
-        Kind::Plain => ACQUIRE
-            .call()
-            .key(call.name)
-            .key(call.token_key)
-            .key(call.latch)
-            .key_prefixed(turns::CLIENTS, call.name)
-            .key_prefixed(turns::TURN, call.name)
+        Kind::Plain => {
+            let script = ACQUIRE
+                .call()
+                .key(call.name)
+                .key(call.token_key)
+                .key(call.latch)
+                .key_prefixed(turns::CLIENTS, call.name)
+                .key_prefixed(turns::TURN, call.name);
+            // Only where used: every key and argument costs the server.
+            if call.designate.is_some() || call.named {
+                script.key_prefixed(turns::NEXT, call.name)
+            } else {
+                script
+            }
             .arg(ms(call.lease))
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))
@@ -233,8 +251,12 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
                     .set(b'r', call.retry)
                     .set(b'F', call.fenced)
                     .set(b'w', call.waits)
-                    .line(call.line),
-            ),
+                    .set(b'd', call.designate.is_some())
+                    .set(b'a', call.named)
+                    .line(call.line)
+                    .number(call.designate),
+            )
+        }
         Kind::Read | Kind::Write => rw::acquire_call(call),
         Kind::Fair => fair::acquire_call(call),
     };
@@ -311,6 +333,12 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) turn_window: Duration,
     /// Whether the hand-over to `next` gives way to another client waiting in line.
     pub(crate) gives_way: bool,
+    /// A full release may grant the lock directly to another client's waiter (flag
+    /// `d`; `docs/protocol.md` 2.7).
+    pub(crate) direct: bool,
+    /// The releasing field's waiter gave up and may still be named to take a direct
+    /// grant: the naming is withdrawn (flag `c`).
+    pub(crate) unname: bool,
 }
 
 pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Release> {
@@ -334,6 +362,7 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         UnlockReply::NotHeld => Ok(Release::NotHeld),
         UnlockReply::StillHeld => Ok(Release::StillHeld),
         UnlockReply::Released => Ok(Release::Released),
+        UnlockReply::Passed => Ok(Release::Passed),
         UnlockReply::GaveWay if call.next.is_some() => Ok(Release::GaveWay),
         UnlockReply::GaveWay => Err(unexpected("unlock", &reply)),
         UnlockReply::HandedOver(token) if token_ok(call.fenced, token) && call.next.is_some() => {
@@ -348,7 +377,7 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
 
 /// The unlock of a plain lock, with its hand-over.
 fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
-    UNLOCK
+    let script = UNLOCK
         .call()
         .key(call.name)
         .key(call.channel)
@@ -356,21 +385,28 @@ fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .key(call.token_key)
         .key_prefixed(turns::CLIENTS, call.name)
         .key_prefixed(turns::TURN, call.name)
-        .key_prefixed(turns::TURNS, call.name)
-        .arg(call.keep.map(ms).unwrap_or(0))
-        .arg(call.field)
-        .arg(ms(call.latch_ttl).max(1))
-        .arg(call.holds)
-        .arg(call.next.map(|n| n.0).unwrap_or(""))
-        .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
-        .arg(ms(call.turn_window))
-        .arg(
-            Flags::new()
-                .set(b'r', call.retry)
-                .set(b'F', call.fenced)
-                .set(b'g', call.gives_way)
-                .publish(conn),
-        )
+        .key_prefixed(turns::TURNS, call.name);
+    if call.direct || call.unname {
+        script.key_prefixed(turns::NEXT, call.name)
+    } else {
+        script
+    }
+    .arg(call.keep.map(ms).unwrap_or(0))
+    .arg(call.field)
+    .arg(ms(call.latch_ttl).max(1))
+    .arg(call.holds)
+    .arg(call.next.map(|n| n.0).unwrap_or(""))
+    .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
+    .arg(ms(call.turn_window))
+    .arg(
+        Flags::new()
+            .set(b'r', call.retry)
+            .set(b'F', call.fenced)
+            .set(b'g', call.gives_way)
+            .set(b'd', call.direct)
+            .set(b'c', call.unname)
+            .publish(conn),
+    )
 }
 
 /// Renews a batch of `(name, field)` pairs; `true` where the lease was extended.

@@ -14,12 +14,24 @@ use crate::target::{Hold, ATTEMPTS};
 
 /// Releases a hold nobody will use, in the background.
 pub(crate) fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
+    release_in_background(inner, hold, false);
+}
+
+/// The waiter of `hold`'s field gave up while it was named to take a direct grant
+/// (`docs/protocol.md` 2.7): withdraws the naming, and releases the grant if another
+/// client's unlock made it already, in the background. Requests of the field sent
+/// later wait for it, so it cannot release a hold they take.
+pub(crate) fn release_named(inner: Arc<ClientInner>, hold: Hold) {
+    release_in_background(inner, hold, true);
+}
+
+fn release_in_background(inner: Arc<ClientInner>, hold: Hold, unname: bool) {
     // In flight from now, not from the task's first poll: an acquire of the same field
     // must wait for it (see `InFlightGuard`).
     let in_flight = inner.table.begin(&hold.name, &hold.field);
     inner.clone().spawner().errand(async move {
         let _in_flight = in_flight;
-        let r = release_hold(&inner, &hold, None, 1).await;
+        let r = release_hold_as(&inner, &hold, None, 1, unname).await;
         tracing::debug!(lock = %hold.name, outcome = ?r, "released an unused hold");
     });
 }
@@ -92,6 +104,17 @@ pub(crate) async fn release_hold(
     keep: Option<Duration>,
     holds: u32,
 ) -> Result<Release> {
+    release_hold_as(inner, hold, keep, holds, false).await
+}
+
+/// [`release_hold`]; `unname` withdraws a naming of the field (see [`release_named`]).
+async fn release_hold_as(
+    inner: &Arc<ClientInner>,
+    hold: &Hold,
+    keep: Option<Duration>,
+    holds: u32,
+    unname: bool,
+) -> Result<Release> {
     // A client shutting down hands nothing to its waiters: they are leaving. A
     // read-write lock never hands over (its release may free it for many readers), nor
     // does a fair lock (its queue in Redis decides who is next).
@@ -110,10 +133,11 @@ pub(crate) async fn release_hold(
                 name: hold.name.clone(),
                 settled: false,
             };
-            send_release(inner, hold, keep, holds, Some((offer, gives_way)), false).await
+            let offer = Some((offer, gives_way));
+            send_release(inner, hold, keep, holds, offer, false, unname).await
         }
-        Offer::EndStreak => send_release(inner, hold, keep, holds, None, true).await,
-        Offer::Publish => send_release(inner, hold, keep, holds, None, false).await,
+        Offer::EndStreak => send_release(inner, hold, keep, holds, None, true, unname).await,
+        Offer::Publish => send_release(inner, hold, keep, holds, None, false, unname).await,
     }
 }
 
@@ -127,6 +151,7 @@ async fn send_release(
     holds: u32,
     offer: Option<(Offered, bool)>,
     ends_streak: bool,
+    unname: bool,
 ) -> Result<Release> {
     let (mut offer, gives_way) = match offer {
         Some((o, gives_way)) => (Some(o), gives_way),
@@ -150,6 +175,8 @@ async fn send_release(
         kind: hold.kind,
         turn_window: inner.config.turn_window,
         gives_way,
+        direct: hold.kind == Kind::Plain && inner.grants_directly(),
+        unname,
     };
     let mut attempt = 0;
     let outcome = loop {
@@ -187,6 +214,7 @@ async fn send_release(
                     token: *token,
                     sent,
                     unacked: *unacked,
+                    direct: false,
                 }) {
                     // The waiter left meanwhile: the hold is ours to give back.
                     release_detached(
@@ -209,7 +237,7 @@ async fn send_release(
         }
     }
     match outcome {
-        Ok(Release::GaveWay) => Ok(Release::Released),
+        Ok(Release::GaveWay | Release::Passed) => Ok(Release::Released),
         other => other,
     }
 }

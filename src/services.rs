@@ -18,6 +18,11 @@ use crate::stats::Counters;
 use crate::table::Table;
 use crate::watchdog::Watchdog;
 
+/// See [`ClientInner::grants_directly`]; for a client still being built.
+pub(crate) fn grants_directly(config: &Config, conn: &Conn) -> bool {
+    !config.turn_window.is_zero() && matches!(conn.sync(), ReplicaSync::Off)
+}
+
 /// One client's shared services.
 pub(crate) struct ClientInner {
     pub(crate) id: String,
@@ -86,6 +91,14 @@ impl ClientInner {
     /// acknowledged is given back by its waiter (`acquire/waiting.rs`).
     pub(crate) fn hands_over(&self) -> bool {
         self.config.handover_limit > 0
+    }
+
+    /// Whether this client's unlocks may grant a lock straight to another client's
+    /// waiter, and its waiters may be so granted (`docs/protocol.md` 2.7): with turns
+    /// on, and without replica sync, which such a grant would bypass (the unlock that
+    /// makes it is not followed by `WAIT`, and its waiter sends nothing).
+    pub(crate) fn grants_directly(&self) -> bool {
+        grants_directly(&self.config, &self.conn)
     }
 
     /// How long a request latch is kept: long enough to outlive every retry of its

@@ -301,6 +301,11 @@ impl Table {
         }
     }
 
+    /// Whether a request of `(name, field)` is in flight.
+    pub(crate) fn in_flight(&self, name: &str, field: &str) -> bool {
+        self.peek(name, field, |h| h.in_flight > 0).unwrap_or(false)
+    }
+
     /// Whether the client holds `(name, field)` (watchdog or fixed lease).
     pub(crate) fn holds(&self, name: &str, field: &str) -> bool {
         self.peek(name, field, Holder::holds).unwrap_or(false)

@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::attempt::Tried;
+use crate::attempt::{Place, Tried};
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::handover::Waiter;
+use crate::handover::{Left, Waiter};
 use crate::identity::OwnerId;
-use crate::line::InLine;
+use crate::line::{Counted, InLine};
 use crate::pubsub::Subscription;
 use crate::queue::Woke;
 use crate::raw;
-use crate::release::release_detached;
+use crate::release::{release_detached, release_named};
 use crate::services::ClientInner;
 use crate::stats::Event;
 use crate::target::{Hold, Kind, Target};
@@ -85,6 +85,8 @@ impl Target {
 impl Waiting<'_> {
     pub(super) async fn attempt(&mut self) -> Step {
         let target = self.target;
+        let place = self.queued.before_attempt(self.line.counted(false));
+        let sent = Instant::now();
         let tried = target
             .attempt_within(
                 self.owner,
@@ -92,9 +94,12 @@ impl Waiting<'_> {
                 self.lease,
                 self.adopt,
                 self.wait,
-                self.line.counted(false),
+                place,
             )
             .await;
+        if let Ok(t) = &tried {
+            self.queued.after_attempt(t, sent);
+        }
         match tried {
             Ok(None) => {
                 tracing::debug!(waited = ?self.started.elapsed(), "wait ran out during an attempt");
@@ -174,6 +179,19 @@ impl Waiting<'_> {
             tracing::debug!(waited = ?self.started.elapsed(), "wait ran out");
             return Step::Done(Ok(None));
         };
+        // Not before earlier requests of the field are settled: a release of an earlier
+        // call's unused grant (see `Queued`'s drop) would take a hold handed to this
+        // task meanwhile. Still unsettled at the bound, the next attempt waits for them.
+        let table = &target.inner().table;
+        let mut bound = bound;
+        if table.in_flight(&target.name, &self.field) {
+            let began = Instant::now();
+            Box::pin(table.settled(&target.name, &self.field, bound)).await;
+            if table.in_flight(&target.name, &self.field) {
+                return Step::Attempt;
+            }
+            bound = bound.saturating_sub(began.elapsed());
+        }
         // Asleep, this task may be handed the lock by an unlock of this client.
         self.queued.waiter.park(lease_ends);
         tokio::select! {
@@ -232,6 +250,10 @@ impl Waiting<'_> {
             }
         };
         self.sub.wake_used();
+        if grant.direct {
+            // The unlock that granted it took this client's place in line too.
+            self.line.granted_by_redis = true;
+        }
         if grant.unacked {
             // Given back like an acquisition of this task that no replica acknowledged;
             // the next attempt, synced, waits for that release (in flight for the
@@ -244,10 +266,11 @@ impl Waiting<'_> {
             release_detached(target.inner().clone(), target.hold(&self.field));
             return Step::Attempt;
         }
-        target
-            .inner()
-            .stats
-            .count(Event::HandedOver(grant.sent.elapsed()));
+        target.inner().stats.count(if grant.direct {
+            Event::DirectGrant
+        } else {
+            Event::HandedOver(grant.sent.elapsed())
+        });
         let granted = self.lease.unwrap_or(target.inner().config.watchdog_timeout);
         if grant.sent + granted <= Instant::now() {
             // As for an acquire answered too late: a guard would be lost on arrival. The
@@ -275,14 +298,74 @@ pub(super) struct Queued {
     pub(super) waiter: Waiter,
     pub(super) inner: Arc<ClientInner>,
     pub(super) hold: Hold,
+    /// Another client's unlock may grant this waiter the lock directly, once an attempt
+    /// named it (`docs/protocol.md` 2.7).
+    pub(super) direct: bool,
+    /// An attempt that may have named it was sent.
+    pub(super) named: bool,
+    /// The acquisition ended holding the lock.
+    pub(super) held: bool,
+}
+
+impl Queued {
+    /// The next attempt's place (see [`Place`]); it counts as named from its send.
+    pub(super) fn before_attempt(&mut self, in_line: Counted) -> Place {
+        let place = Place {
+            in_line,
+            designate: self.direct.then(|| self.waiter.number()),
+            named: self.named,
+        };
+        if self.direct {
+            self.waiter.naming(Instant::now());
+            self.named = true;
+        }
+        place
+    }
+
+    /// The attempt sent at `sent` was answered: busy, it named this waiter; holding, it
+    /// adopted any direct grant made to it, which is then not another hold.
+    pub(super) fn after_attempt(&mut self, tried: &Option<Tried>, sent: Instant) {
+        if !self.direct {
+            return;
+        }
+        match tried {
+            Some(Tried::Busy(_)) => self.waiter.named(sent),
+            Some(Tried::Held(_)) => {
+                self.waiter.discard_grant();
+                self.held = true;
+            }
+            _ => {}
+        }
+    }
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
         // A grant that arrived after the waiter stopped looking is still a hold in Redis.
-        if let Some(g) = self.waiter.leave() {
-            tracing::debug!(lock = %self.hold.name, token = g.token, "releasing a hand-over nobody took");
-            release_detached(self.inner.clone(), self.hold.clone());
+        let left = self.waiter.leave();
+        let (inner, hold) = (self.inner.clone(), self.hold.clone());
+        match left {
+            // This client's unlock is handing it over: it releases the hold it cannot
+            // deliver, and no other client's unlock can grant the lock meanwhile (this
+            // client holds it). Only the naming is left to withdraw; a release here
+            // could take a hold that a later call of the field got.
+            Left::Offered if self.named && !self.held => {
+                // In flight for the field, so that it cannot withdraw a later naming.
+                let in_flight = inner.table.begin(&hold.name, &hold.field);
+                inner.clone().spawner().errand(async move {
+                    let _in_flight = in_flight;
+                    let r = raw::withdraw_naming(&inner.conn, &hold.name, &hold.field).await;
+                    tracing::debug!(lock = %hold.name, outcome = ?r, "withdrew a naming");
+                });
+            }
+            // Named, it may have been granted the lock with its message still on the way:
+            // the release withdraws the naming and gives back such a grant.
+            _ if self.named && !self.held => release_named(inner, hold),
+            Left::Granted(g) => {
+                tracing::debug!(lock = %hold.name, token = g.token, "releasing a hand-over nobody took");
+                release_detached(inner, hold);
+            }
+            _ => {}
         }
     }
 }

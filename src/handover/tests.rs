@@ -23,6 +23,7 @@ fn grant(token: u64) -> Grant {
         token,
         sent: Instant::now(),
         unacked: false,
+        direct: false,
     }
 }
 
@@ -36,6 +37,7 @@ async fn offers_oldest_first_and_bounds_the_streak() {
                 &name,
                 &format!("f{i}").into(),
                 Duration::from_secs(1),
+                false,
                 false,
             )
         })
@@ -64,7 +66,7 @@ async fn offers_oldest_first_and_bounds_the_streak() {
 async fn grant_reaches_waiter_or_comes_back() {
     let h = hub(4);
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
     w.park(None);
     let t = to(h.offer("n"));
     assert_eq!(w.unpark(), Woke::Offered);
@@ -74,22 +76,22 @@ async fn grant_reaches_waiter_or_comes_back() {
     // Offered, then the waiter leaves: the unlocker keeps the grant.
     w.park(None);
     let t = to(h.offer("n"));
-    assert_eq!(w.leave(), None);
+    assert!(matches!(w.leave(), Left::Offered));
     assert!(!t.deliver(grant(8)));
 
     // Granted but never taken: the leaving waiter gets it back.
-    let w = h.waiter(&name, &"g".into(), Duration::from_secs(1), false);
+    let w = h.waiter(&name, &"g".into(), Duration::from_secs(1), false, false);
     w.park(None);
     let t = to(h.offer("n"));
     assert!(t.deliver(grant(9)));
-    assert_eq!(w.leave().map(|g| g.token), Some(9));
+    assert!(matches!(w.leave(), Left::Granted(g) if g.token == 9));
 }
 
 #[tokio::test]
 async fn revert_frees_the_waiter() {
     let h = hub(4);
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
     w.park(None);
     let t = to(h.offer("n"));
     t.revert();
@@ -106,7 +108,7 @@ async fn revert_frees_the_waiter() {
 async fn a_failed_unlock_leaves_the_waiter_unsure_once() {
     let h = hub(4);
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
     w.park(None);
     let t = to(h.offer("n"));
     t.unsure();
@@ -117,14 +119,14 @@ async fn a_failed_unlock_leaves_the_waiter_unsure_once() {
     w.park(None);
     let t = to(h.offer("n"));
     t.unsure();
-    assert_eq!(w.leave(), None);
+    assert!(matches!(w.leave(), Left::Empty));
 }
 
 #[tokio::test]
 async fn idle_entries_are_dropped() {
     let h = hub_with(4, Duration::from_millis(10));
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
     w.park(None);
     let _t = to(h.offer("n"));
     // A run is counting: the entry stays while its window lasts.
@@ -140,7 +142,7 @@ async fn idle_entries_are_dropped() {
 async fn an_abandoned_offer_is_left_to_its_lease() {
     let h = hub(4);
     let name: Arc<str> = "n".into();
-    let mut w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    let mut w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
     w.park(None);
     let t = to(h.offer("n"));
     assert_eq!(w.abandon_offer(), Woke::Free);
@@ -156,7 +158,7 @@ async fn an_abandoned_offer_is_left_to_its_lease() {
 async fn zero_limit_never_offers() {
     let h = hub(0);
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
     w.park(None);
     assert!(matches!(h.offer("n"), Offer::Publish));
 }
@@ -166,7 +168,7 @@ async fn newcomers_queue_behind_sleepers_while_the_lease_is_known() {
     let h = hub(4);
     let name: Arc<str> = "n".into();
     assert!(h.behind("n").is_none());
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
     w.park(None);
     assert!(h.behind("n").is_none(), "no lease known");
     w.unpark();
@@ -189,6 +191,7 @@ async fn a_streak_ends_when_its_window_has_passed() {
                 &format!("f{i}").into(),
                 Duration::from_secs(1),
                 false,
+                false,
             )
         })
         .collect();
@@ -206,7 +209,7 @@ async fn a_streak_ends_when_its_window_has_passed() {
 async fn holding_back_lasts_its_period() {
     let h = hub(1);
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
     w.park(None);
     assert!(h.held_back("n").is_none());
     h.hold_back(&"n".into(), Duration::from_secs(60));

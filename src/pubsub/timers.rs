@@ -143,9 +143,9 @@ impl HubShared {
                         Some(since) if entry.waiters() == 0 && now >= since + LINGER => {
                             channels.remove(&channel);
                             unsubscribe.push(channel);
-                            if let Some(turns) = &entry.turns {
-                                channels.remove(turns);
-                                unsubscribe.push(turns.clone());
+                            for aux in entry.turns.iter().chain(&entry.mine) {
+                                channels.remove(aux);
+                                unsubscribe.push(aux.clone());
                             }
                         }
                         // Used and left again since: it lingers from the last leave.

@@ -28,6 +28,8 @@ pub(super) async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         kind: call.kind,
         turn_window: Duration::ZERO,
         gives_way: false,
+        direct: false,
+        unname: false,
     };
     match Box::pin(release(conn, &undo)).await {
         Ok(r) => {

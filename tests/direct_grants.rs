@@ -1,0 +1,317 @@
+//! Direct grants (`docs/protocol.md` 2.7): a release goes straight to the waiter that
+//! the client first in line named, inside the unlock script, and that waiter sends
+//! nothing. Checked here: the grant itself, what turns it off (a subscriber outside this
+//! crate, a client that no longer listens), a waiter that gives up while named, fenced
+//! tokens and leases, and exclusion under churn.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use redis_rlock::protocol::{channel_name, clients_key, next_key};
+use redis_rlock::Client;
+
+async fn client(s: &RedisServer) -> Client {
+    Client::builder(s.url()).build().await.unwrap()
+}
+
+/// Waits until `client` is named to take a direct grant of `name`.
+async fn named(s: &RedisServer, name: &str, client: &Client) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let v: Option<String> = s.cmd(&["HGET", &next_key(name), client.id()]);
+        if v.is_some() {
+            return;
+        }
+        assert!(Instant::now() < until, "the waiter was never named");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn script_calls(s: &RedisServer) -> u64 {
+    s.calls("evalsha") + s.calls("eval")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_grants_the_next_client_in_line_which_sends_nothing() {
+    let s = RedisServer::start();
+    let (a, b) = (client(&s).await, client(&s).await);
+    let name = "dg:basic";
+    // The scripts loaded, so that a first use's NOSCRIPT and EVAL do not count.
+    a.lock(name).lock().await.unwrap().unlock().await.unwrap();
+    let held = a.lock(name).lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let l = b.lock(name);
+        async move { l.lock_with_lease(Duration::from_secs(5)).await.unwrap() }
+    });
+    named(&s, name, &b).await;
+    // Let the waiter settle into its sleep: its attempts are over.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = script_calls(&s);
+    held.unlock().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the named waiter got the lock at once")
+        .unwrap();
+    assert_eq!(
+        script_calls(&s) - before,
+        1,
+        "the unlock was the one script call of the hand-off"
+    );
+    assert_eq!(b.stats().direct_grants, 1);
+    assert!(!g.is_lost());
+    let field: Option<i64> = s.cmd(&["HGET", name, g.holder_field()]);
+    assert_eq!(field, Some(1), "the waiter's field holds it once");
+    let pttl: i64 = s.cmd(&["PTTL", name]);
+    assert!(
+        (3_000..=5_000).contains(&pttl),
+        "the waiter's own lease, {pttl} ms"
+    );
+    let line: Vec<String> = s.cmd(&["LRANGE", &clients_key(name), "0", "-1"]);
+    assert!(
+        line.is_empty(),
+        "the granted client left the line: {line:?}"
+    );
+    let next: Vec<String> = s.cmd(&["HKEYS", &next_key(name)]);
+    assert!(next.is_empty(), "no naming is left: {next:?}");
+    g.unlock().await.unwrap();
+    let exists: i64 = s.cmd(&["EXISTS", name]);
+    assert_eq!(exists, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_waiter_gets_a_larger_token_by_direct_grant() {
+    let s = RedisServer::start();
+    let (a, b) = (client(&s).await, client(&s).await);
+    let name = "dg:fenced";
+    let held = a.fenced_lock(name).lock().await.unwrap();
+    let first = held.fencing_token().unwrap();
+    let waiter = tokio::spawn({
+        let l = b.fenced_lock(name);
+        async move { l.lock().await.unwrap() }
+    });
+    named(&s, name, &b).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.unlock().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.stats().direct_grants, 1);
+    assert!(
+        g.fencing_token().unwrap() > first,
+        "{:?} after {first}",
+        g.fencing_token()
+    );
+    g.unlock().await.unwrap();
+}
+
+/// A subscriber of the lock's channel that is not a client of this crate (a Redisson
+/// waiter) hears only published releases: while it listens, releases are published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_subscriber_of_the_lock_channel_gets_published_releases() {
+    let s = RedisServer::start();
+    let (a, b) = (client(&s).await, client(&s).await);
+    let name = "dg:foreign";
+    let mut foreign = redis::Client::open(s.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut pubsub = foreign.as_pubsub();
+    pubsub.subscribe(channel_name(name)).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let held = a.lock(name).lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let l = b.lock(name);
+        async move { l.lock().await.unwrap() }
+    });
+    named(&s, name, &b).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.unlock().await.unwrap();
+    let msg = pubsub.get_message().expect("the release was published");
+    assert_eq!(msg.get_payload::<String>().unwrap(), "0");
+    let g = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.stats().direct_grants, 0, "nothing was granted directly");
+    g.unlock().await.unwrap();
+}
+
+/// A client named first in line that no longer listens (it died) is not granted the
+/// lock: the release is published, and the lock is free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_client_that_no_longer_listens_is_not_granted() {
+    let s = RedisServer::start();
+    let a = client(&s).await;
+    let name = "dg:dead";
+    let dead = "00000000-0000-0000-0000-00000000dead";
+    let held = a.lock(name).lock().await.unwrap();
+    let far = 4_000_000_000_000u64;
+    let _: i64 = s.cmd(&["RPUSH", &clients_key(name), dead]);
+    let _: i64 = s.cmd(&[
+        "HSET",
+        &next_key(name),
+        dead,
+        &format!("{far} 30000 - - 1 {} {name}{dead}:t1", name.len()),
+    ]);
+    held.unlock().await.unwrap();
+    let exists: i64 = s.cmd(&["EXISTS", name]);
+    assert_eq!(
+        exists, 0,
+        "the lock was not granted to a client nobody hears"
+    );
+}
+
+/// A waiter that gives up while named withdraws the naming at once: a release right
+/// after it (its client still listens: the channel lingers) does not grant the lock to
+/// a field nobody waits on, which would hold it for a whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_is_not_granted_afterwards() {
+    let s = RedisServer::start();
+    let (a, b, c) = (client(&s).await, client(&s).await, client(&s).await);
+    let name = "dg:gaveup";
+    for round in 0..5 {
+        let held = a.lock(name).lock().await.unwrap();
+        let got = b
+            .lock(name)
+            .try_lock_for(Duration::from_millis(100), None)
+            .await
+            .unwrap();
+        assert!(got.is_none());
+        // The withdrawal runs in the background: give it a moment, well inside the
+        // channel's linger.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        held.unlock().await.unwrap();
+        let g = tokio::time::timeout(
+            Duration::from_secs(2),
+            c.lock(name).try_lock_for(Duration::from_secs(1), None),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(g.is_some(), "round {round}: the lock was left to nobody");
+        g.unwrap().unlock().await.unwrap();
+    }
+    assert_eq!(b.stats().direct_grants, 0);
+}
+
+/// Clients of two tasks each, some waits short enough to give up often, holds of 0 to
+/// 1 ms: never two holders, and when it is over nothing holds the lock (no grant left to
+/// a waiter that was gone).
+#[tokio::test(flavor = "multi_thread")]
+async fn churn_keeps_exclusion_and_leaves_no_orphan_hold() {
+    common::init_tracing();
+    let s = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..6 {
+        clients.push(client(&s).await);
+    }
+    let name = "dg:churn";
+    let inside = Arc::new(AtomicBool::new(false));
+    let (acquired, gave_up) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        for t in 0..2u64 {
+            let lock = c.lock(name);
+            let (inside, acquired, gave_up) = (inside.clone(), acquired.clone(), gave_up.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until && n < 5_000 {
+                    n += 1;
+                    let wait = Duration::from_millis(1 + 6 * ((n + t + i as u64) % 4));
+                    // Out of time before Redis answered at all is an error of its own.
+                    let Ok(Some(g)) = lock.try_lock_for(wait, None).await else {
+                        gave_up.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
+                    if n.is_multiple_of(2) {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    inside.store(false, Ordering::SeqCst);
+                    acquired.fetch_add(1, Ordering::Relaxed);
+                    g.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let direct: u64 = clients.iter().map(|c| c.stats().direct_grants).sum();
+    println!(
+        "FIGURE churn: {} acquired, {} gave up, {direct} direct grants",
+        acquired.load(Ordering::Relaxed),
+        gave_up.load(Ordering::Relaxed)
+    );
+    assert!(acquired.load(Ordering::Relaxed) > 100);
+    assert!(gave_up.load(Ordering::Relaxed) > 0, "no waiter gave up");
+    // Withdrawals and give-backs run in the background: a moment, far below a lease.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let exists: i64 = s.cmd(&["EXISTS", name]);
+        if exists == 0 {
+            break;
+        }
+        let holders: Vec<String> = s.cmd(&["HGETALL", name]);
+        assert!(
+            Instant::now() < deadline,
+            "a hold nobody uses is left: {holders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The ACL that `docs/protocol.md` gave before direct grants (no `TIME`, no `PUBSUB`)
+/// costs the direct grants, not the lock: releases are published as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_without_time_and_pubsub_gets_published_releases() {
+    let s = RedisServer::start();
+    let mut setuser = vec![
+        "ACL",
+        "SETUSER",
+        "locker",
+        "on",
+        ">pw",
+        "~app:*",
+        "~redisson_*:{app:*",
+        "resetchannels",
+        "&redisson_lock__channel:*",
+        "&redisson_lock_turns:*",
+    ];
+    let commands = "+evalsha +eval +subscribe +unsubscribe +exists +hget +pttl +ping \
+        +hexists +hincrby +hset +hdel +pexpire +del +publish +get +set +incr +type +lpos \
+        +rpush +lindex +lpop +lrem";
+    setuser.extend(commands.split_whitespace());
+    let _: () = s.cmd(&setuser);
+    let url = format!("redis://locker:pw@127.0.0.1:{}", s.port);
+    let (a, b) = (
+        Client::connect(&url).await.unwrap(),
+        Client::connect(&url).await.unwrap(),
+    );
+    let name = "app:dg-acl";
+    for round in 0..3 {
+        let held = a.lock(name).lock().await.unwrap();
+        let waiter = tokio::spawn({
+            let l = b.lock(name);
+            async move { l.lock().await.unwrap().unlock().await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        held.unlock().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(3), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the waiter slept through the unlock"))
+            .unwrap();
+    }
+    assert_eq!(b.stats().direct_grants, 0);
+}
