@@ -32,7 +32,7 @@
 --              repeats, so that a later call of the same field does not take it
 --          'a' an earlier attempt of this call was so named: a hold of the field found
 --              here is that grant (adopted, not counted twice), and a grant to the caller
---              withdraws the naming
+--              withdraws the naming (as it does for a retry with 'd')
 -- Returns {1, token, latched} when the caller now holds the lock; for a fenced lock the
 -- token is larger than every token issued before for this name, for a plain one it is 0.
 -- latched is 1 when the latch was written (the client deletes it once the request has
@@ -131,8 +131,9 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if fresh or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
-    if flag('a') then
-        -- This caller may still be named to take a direct grant: it has the lock now.
+    if flag('a') or (flag('d') and flag('r')) then
+        -- This caller may still be named to take a direct grant (by an earlier attempt,
+        -- or by this one's first send): it has the lock now.
         local named = redis.call('hget', KEYS[6], me)
         if named and string.sub(named, -#KEYS[1] - #ARGV[2] - 1) == ' ' .. KEYS[1] .. ARGV[2] then
             redis.call('hdel', KEYS[6], me)

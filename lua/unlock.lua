@@ -143,10 +143,10 @@ if turns then
     next_client = redis.call('lindex', KEYS[5], 0)
 end
 -- Grants the lock straight to the waiter that `client` (first in line, not this one)
--- named, if that naming is still valid, the client still listens, and no subscriber
--- of the lock's channel is outside this crate (a Redisson waiter, or a client of this
--- crate without turns: they hear only published releases, so those go on). Whether
--- the client listens is the receiver count of its message, sent before any write.
+-- named, if that naming is still valid, the client still listens on its own channel,
+-- and no subscriber of the lock's channel is outside this crate (a Redisson waiter, or
+-- a client of this crate without turns: they hear only published releases, so those
+-- go on).
 local function grant_directly(client)
     local n = naming(redis.call('hget', KEYS[8], client))
     if not n then
@@ -159,8 +159,13 @@ local function grant_directly(client)
         or tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > n.until_ms then
         return false
     end
-    local counts = redis.pcall('pubsub', flag('s') and 'shardnumsub' or 'numsub', KEYS[2], KEYS[7])
-    if type(counts) ~= 'table' or counts.err or tonumber(counts[2]) > tonumber(counts[4]) then
+    -- NUMSUB counts exact subscribers only (a pattern that matches the client's channel
+    -- is not the client).
+    local own = KEYS[7] .. ':' .. client
+    local counts = redis.pcall('pubsub', flag('s') and 'shardnumsub' or 'numsub', KEYS[2],
+        KEYS[7], own)
+    if type(counts) ~= 'table' or counts.err or tonumber(counts[2]) > tonumber(counts[4])
+        or tonumber(counts[6]) < 1 then
         return false
     end
     local token = 0
@@ -170,12 +175,14 @@ local function grant_directly(client)
             return false
         end
     end
-    local heard = redis.pcall(publish, KEYS[7] .. ':' .. client,
-        token .. ' ' .. n.waiter .. ' ' .. n.field)
+    -- The grant before its message: a write refused (out of memory) must not leave a
+    -- message for a grant that was never made.
+    redis.call('hset', KEYS[1], n.field, 1)
+    local heard = redis.pcall(publish, own, token .. ' ' .. n.waiter .. ' ' .. n.field)
     if type(heard) ~= 'number' or heard < 1 then
+        redis.call('hdel', KEYS[1], n.field)
         return false
     end
-    redis.call('hset', KEYS[1], n.field, 1)
     redis.call('hdel', KEYS[1], ARGV[2])
     redis.call('pexpire', KEYS[1], n.lease)
     redis.call('lpop', KEYS[5])

@@ -127,13 +127,13 @@ impl Target {
                     Some(q) => q.before_attempt(line.counted(true)),
                     None => Place::counted(line.counted(true)),
                 };
-                let sent = Instant::now();
                 let tried = self
                     .attempt_within(owner, &field, lease, false, wait, place)
-                    .await?;
+                    .await;
                 if let Some(q) = &mut queued {
-                    q.after_attempt(&tried, sent);
+                    q.after_attempt(&tried);
                 }
+                let tried = tried?;
                 match tried {
                     Some(Tried::Held(guard)) => {
                         line.granted_by_redis = true;

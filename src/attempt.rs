@@ -190,22 +190,31 @@ impl Target {
             };
             async move { (outcome.await, in_flight) }
         };
+        // This attempt names its caller for a direct grant if answered busy.
+        let names = place.designate.is_some() && fresh;
         let orphan = {
             let (inner, hold) = (inner.clone(), hold.clone());
             move |(outcome, in_flight): (Result<(Attempt, Instant)>, InFlightGuard)| async move {
                 let _in_flight = in_flight;
                 match outcome {
                     Ok((Attempt::Acquired { .. }, _)) => undo_grant(&inner, &hold).await,
-                    // A busy answer to a waiting caller put the client in the line, and
-                    // the caller left before hearing it: unless others of the client
-                    // wait there, no turn should go to it.
-                    Ok((Attempt::Busy(_) | Attempt::TurnBusy(_), _))
+                    Ok((Attempt::Busy(_) | Attempt::TurnBusy(_), _)) => {
+                        // It named a caller that left (its own withdrawal may have run
+                        // first, on a retry's late answer).
+                        if names {
+                            let _ =
+                                raw::withdraw_naming(&inner.conn, &hold.name, &hold.field).await;
+                        }
+                        // A busy answer to a waiting caller put the client in the line,
+                        // and the caller left before hearing it: unless others of the
+                        // client wait there, no turn should go to it.
                         if waits
                             && hold.kind == crate::raw::Kind::Plain
                             && !inner.config.turn_window.is_zero()
-                            && inner.table.in_line(&hold.name) == 0 =>
-                    {
-                        let _ = raw::leave_line(&inner.conn, &hold.name, &inner.id).await;
+                            && inner.table.in_line(&hold.name) == 0
+                        {
+                            let _ = raw::leave_line(&inner.conn, &hold.name, &inner.id).await;
+                        }
                     }
                     _ => {}
                 }

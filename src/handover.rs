@@ -96,7 +96,13 @@ impl Handover {
             queue.streak_began = None;
             return Some(Offer::EndStreak);
         }
-        let (_, ticket) = queue.sleeping.pop_first()?;
+        // A ticket granted directly meanwhile is not offered.
+        let ticket = loop {
+            let (_, t) = queue.sleeping.pop_first()?;
+            if *t.state.lock() == State::Free {
+                break t;
+            }
+        };
         if queue.streak == 0 {
             queue.streak_began = Some(now);
         }
@@ -174,7 +180,8 @@ impl Handover {
             seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(State::Free),
             changed: Notify::new(),
-            named_at: Mutex::new(None),
+            naming: Mutex::new(None),
+            pending: Mutex::new(None),
         });
         if direct {
             self.table.with_queue(name, |q| {
@@ -190,11 +197,10 @@ impl Handover {
     }
 
     /// Another client's unlock granted `name` to this client's waiter of `field` (its
-    /// message was heard). `false` when no such waiter takes it: none waits (one that
-    /// gave up releases such a grant itself, see `release_named`), or it is busy with an
-    /// offer of this client's.
-    /// `waiter`: the number the naming carried; a later call of the same field has
-    /// another, and leaves the grant to the release of the call that gave up.
+    /// message was heard). `false` when no waiter of that field and naming takes it (one
+    /// that gave up releases such a grant itself, see `release_named`).
+    /// `waiter`: the number the naming carried (see [`Ticket::naming`]): a later
+    /// attempt, or call, of the same field has another.
     pub(crate) fn direct_grant(
         &self,
         name: &Arc<str>,
@@ -202,11 +208,17 @@ impl Handover {
         waiter: u64,
         token: u64,
     ) -> bool {
-        let ticket = self
-            .table
-            .peek_queue(name, |q| q.named.get(field).cloned())
-            .flatten();
-        ticket.is_some_and(|t| t.seq == waiter && t.grant_directly(token))
+        self.table.with_queue(name, |q| {
+            let Some(t) = q.named.get(field).cloned() else {
+                return false;
+            };
+            if !t.grant_directly(waiter, token) {
+                return false;
+            }
+            // Granted: no unlock of this client may offer it the lock now.
+            q.sleeping.remove(&t.seq);
+            true
+        })
     }
 
     fn remove(&self, name: &Arc<str>, seq: u64) {
@@ -313,7 +325,8 @@ impl Waiter {
             seq: self.ticket.seq,
             state: Mutex::new(State::Free),
             changed: Notify::new(),
-            named_at: Mutex::new(*self.ticket.named_at.lock()),
+            naming: Mutex::new(*self.ticket.naming.lock()),
+            pending: Mutex::new(None),
         });
         if self.direct {
             self.hub.table.with_queue(&self.name, |q| {
@@ -324,30 +337,36 @@ impl Waiter {
         Woke::Free
     }
 
-    /// The number this waiter is named by (unique in its client).
-    pub(crate) fn number(&self) -> u64 {
-        self.ticket.seq
+    /// An attempt that may name this waiter the taker of a direct grant is sent now:
+    /// the number it names the waiter by (unique in the client). From now on only a
+    /// grant to this number is taken (see [`Ticket::naming`]).
+    pub(crate) fn naming(&self) -> u64 {
+        let n = self.hub.next_seq.fetch_add(1, Ordering::Relaxed);
+        *self.ticket.naming.lock() = Some((n, Instant::now()));
+        n
     }
 
-    /// An attempt that may name this waiter the taker of a direct grant is sent at `at`
-    /// (see [`Ticket::named_at`]). Until an answer says the naming stands, the grant's
-    /// lease is counted from the earlier naming, if any.
-    pub(crate) fn naming(&self, at: Instant) {
-        self.ticket.named_at.lock().get_or_insert(at);
+    /// The attempt failed, and may have run: a grant made to it, or adopted and given
+    /// back by it, is not taken; the next attempt adopts what is there.
+    pub(crate) fn unname(&self) {
+        *self.ticket.naming.lock() = None;
+        self.discard_grant();
     }
 
-    /// The attempt sent at `at` was answered busy: it named this waiter.
-    pub(crate) fn named(&self, at: Instant) {
-        *self.ticket.named_at.lock() = Some(at);
-    }
-
-    /// The waiter took the lock by an attempt of its own, which adopted a direct grant
-    /// if one was made: a grant heard for it is that same hold, not another one.
-    pub(crate) fn discard_grant(&self) {
+    /// A direct grant heard for this waiter is not another hold: the waiter's own
+    /// attempt adopted it, or gave it back.
+    fn discard_grant(&self) {
+        self.ticket.pending.lock().take();
         let mut s = self.ticket.state.lock();
         if matches!(*s, State::Granted(g) if g.direct) {
             *s = State::Free;
         }
+    }
+
+    /// The waiter took the lock by an attempt of its own, which adopted a direct grant
+    /// if one was made: no grant heard from now on is another hold.
+    pub(crate) fn took(&self) {
+        self.unname();
     }
 
     /// Leaves for good. Returns a grant that arrived and was never taken: the caller

@@ -62,9 +62,14 @@ pub(crate) struct Ticket {
     pub(crate) seq: u64,
     pub(crate) state: Mutex<State>,
     pub(crate) changed: Notify,
-    /// When the waiter's attempt that may have named it the taker of a direct grant
-    /// was sent (`None`: never named). A direct grant's lease runs from no earlier.
-    pub(crate) named_at: Mutex<Option<Instant>>,
+    /// The number and send time of the waiter's latest attempt that may have named it
+    /// the taker of a direct grant (`None`: never named). Only a grant to that number
+    /// is taken (an older naming's grant is adopted by that attempt instead), and its
+    /// lease runs from that send.
+    pub(crate) naming: Mutex<Option<(u64, Instant)>>,
+    /// A direct grant that came while an offer of this client was in flight: it takes
+    /// the place of the offer's outcome unless the offer handed the lock over.
+    pub(crate) pending: Mutex<Option<Grant>>,
 }
 
 impl Ticket {
@@ -87,23 +92,30 @@ impl Ticket {
         delivered
     }
 
-    /// Another client's unlock granted this waiter the lock directly (its message was
-    /// heard). Taken only by a waiter with no offer or outcome pending; `false`
-    /// otherwise, and for a waiter never named.
-    pub(crate) fn grant_directly(&self, token: u64) -> bool {
-        let Some(sent) = *self.named_at.lock() else {
-            return false;
+    /// Another client's unlock granted this waiter the lock directly, by the naming
+    /// `number` (its message was heard). `false` when that is not the waiter's latest
+    /// naming, or the waiter has left.
+    pub(crate) fn grant_directly(&self, number: u64, token: u64) -> bool {
+        let sent = match *self.naming.lock() {
+            Some((n, sent)) if n == number => sent,
+            _ => return false,
         };
-        let mut s = self.state.lock();
-        if *s != State::Free {
-            return false;
-        }
-        *s = State::Granted(Grant {
+        let grant = Grant {
             token,
             sent,
             unacked: false,
             direct: true,
-        });
+        };
+        let mut s = self.state.lock();
+        match *s {
+            // This client's unlock is settling an offer to it (a release of another
+            // field, which holds nothing: the lock is another client's): the offer's
+            // outcome gives way to this grant.
+            State::Offered => *self.pending.lock() = Some(grant),
+            // A settled outcome not yet seen is not a hold; this grant is.
+            State::Free | State::Passed | State::Unsure => *s = State::Granted(grant),
+            _ => return false,
+        }
         drop(s);
         self.changed.notify_one();
         true
@@ -130,7 +142,10 @@ impl Ticket {
     fn settle(&self, to: State) {
         let mut s = self.state.lock();
         if *s == State::Offered {
-            *s = to;
+            *s = match self.pending.lock().take() {
+                Some(grant) => State::Granted(grant),
+                None => to,
+            };
         }
         drop(s);
         self.changed.notify_one();

@@ -118,8 +118,13 @@ async fn release_hold_as(
     // A client shutting down hands nothing to its waiters: they are leaving. A
     // read-write lock never hands over (its release may free it for many readers), nor
     // does a fair lock (its queue in Redis decides who is next).
-    let may_offer =
-        keep.is_none() && inner.hands_over() && !inner.closed.is_set() && hold.kind == Kind::Plain;
+    // Nor does the release of a waiter that gave up: it is most often of nothing, and
+    // an offer would wake a sleeper for no lock.
+    let may_offer = !unname
+        && keep.is_none()
+        && inner.hands_over()
+        && !inner.closed.is_set()
+        && hold.kind == Kind::Plain;
     let (_in_flight, plan) = inner
         .table
         .begin_release(&hold.name, &hold.field, may_offer, |q| {

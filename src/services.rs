@@ -20,7 +20,11 @@ use crate::watchdog::Watchdog;
 
 /// See [`ClientInner::grants_directly`]; for a client still being built.
 pub(crate) fn grants_directly(config: &Config, conn: &Conn) -> bool {
-    !config.turn_window.is_zero() && matches!(conn.sync(), ReplicaSync::Off)
+    // A cluster's classic pub/sub reaches subscribers on every node, but the script
+    // counts those of its own node only, and would not see a Redisson waiter elsewhere.
+    !config.turn_window.is_zero()
+        && matches!(conn.sync(), ReplicaSync::Off)
+        && (!conn.is_cluster() || conn.sharded())
 }
 
 /// One client's shared services.

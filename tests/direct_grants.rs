@@ -151,6 +151,14 @@ async fn a_named_client_that_no_longer_listens_is_not_granted() {
     let a = client(&s).await;
     let name = "dg:dead";
     let dead = "00000000-0000-0000-0000-00000000dead";
+    // A pattern subscriber hears every channel, the dead client's too: it is not the
+    // client, and a PUBLISH reply would count it.
+    let mut pattern = redis::Client::open(s.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut pattern = pattern.as_pubsub();
+    pattern.psubscribe("redisson_lock_turns:*").unwrap();
     let held = a.lock(name).lock().await.unwrap();
     let far = 4_000_000_000_000u64;
     let _: i64 = s.cmd(&["RPUSH", &clients_key(name), dead]);
@@ -314,4 +322,28 @@ async fn an_acl_without_time_and_pubsub_gets_published_releases() {
             .unwrap();
     }
     assert_eq!(b.stats().direct_grants, 0);
+}
+
+/// A task that holds a fixed-lease lock and asks for it again (a re-entry, sent to
+/// Redis) is never named for a direct grant: a call cut off at any point leaves the
+/// first hold in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_reentry_leaves_the_first_hold() {
+    let s = RedisServer::start();
+    let a = client(&s).await;
+    let name = "dg:reenter";
+    let lock = a.lock(name);
+    let first = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
+    for i in 0..60u64 {
+        let cut = Duration::from_micros(50 * (i % 12));
+        let again = tokio::time::timeout(cut, lock.lock_with_lease(Duration::from_secs(30))).await;
+        if let Ok(g) = again {
+            g.unwrap().unlock().await.unwrap();
+        }
+    }
+    // Background give-backs settle within a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let count: Option<i64> = s.cmd(&["HGET", name, first.holder_field()]);
+    assert_eq!(count, Some(1), "the first hold is intact");
+    first.unlock().await.unwrap();
 }

@@ -86,7 +86,6 @@ impl Waiting<'_> {
     pub(super) async fn attempt(&mut self) -> Step {
         let target = self.target;
         let place = self.queued.before_attempt(self.line.counted(false));
-        let sent = Instant::now();
         let tried = target
             .attempt_within(
                 self.owner,
@@ -97,9 +96,7 @@ impl Waiting<'_> {
                 place,
             )
             .await;
-        if let Ok(t) = &tried {
-            self.queued.after_attempt(t, sent);
-        }
+        self.queued.after_attempt(&tried);
         match tried {
             Ok(None) => {
                 tracing::debug!(waited = ?self.started.elapsed(), "wait ran out during an attempt");
@@ -308,32 +305,34 @@ pub(super) struct Queued {
 }
 
 impl Queued {
-    /// The next attempt's place (see [`Place`]); it counts as named from its send.
+    /// The next attempt's place (see [`Place`]): with a number that names this waiter
+    /// if the client knows of no hold of its field (a hold of its own could not be told
+    /// from a grant then), counted as named from its send.
     pub(super) fn before_attempt(&mut self, in_line: Counted) -> Place {
-        let place = Place {
+        let named = self.named;
+        let designate = (self.direct && !self.inner.table.holds(&self.hold.name, &self.hold.field))
+            .then(|| self.waiter.naming());
+        self.named |= designate.is_some();
+        Place {
             in_line,
-            designate: self.direct.then(|| self.waiter.number()),
-            named: self.named,
-        };
-        if self.direct {
-            self.waiter.naming(Instant::now());
-            self.named = true;
+            designate,
+            named,
         }
-        place
     }
 
-    /// The attempt sent at `sent` was answered: busy, it named this waiter; holding, it
-    /// adopted any direct grant made to it, which is then not another hold.
-    pub(super) fn after_attempt(&mut self, tried: &Option<Tried>, sent: Instant) {
+    /// The attempt was answered: holding, it adopted any direct grant made to it,
+    /// which is then not another hold. It failed: a grant it may have adopted and given
+    /// back is not taken either.
+    pub(super) fn after_attempt(&mut self, tried: &Result<Option<Tried>>) {
         if !self.direct {
             return;
         }
         match tried {
-            Some(Tried::Busy(_)) => self.waiter.named(sent),
-            Some(Tried::Held(_)) => {
-                self.waiter.discard_grant();
+            Ok(Some(Tried::Held(_))) => {
+                self.waiter.took();
                 self.held = true;
             }
+            Err(_) => self.waiter.unname(),
             _ => {}
         }
     }
@@ -344,12 +343,16 @@ impl Drop for Queued {
         // A grant that arrived after the waiter stopped looking is still a hold in Redis.
         let left = self.waiter.leave();
         let (inner, hold) = (self.inner.clone(), self.hold.clone());
+        let holds = inner.table.holds(&hold.name, &hold.field);
         match left {
+            // A direct grant heard after the call took the lock is the hold it took.
+            Left::Granted(g) if g.direct && self.held => {}
             // This client's unlock is handing it over: it releases the hold it cannot
             // deliver, and no other client's unlock can grant the lock meanwhile (this
             // client holds it). Only the naming is left to withdraw; a release here
-            // could take a hold that a later call of the field got.
-            Left::Offered if self.named && !self.held => {
+            // could take a hold that a later call of the field got. The same where the
+            // field holds the lock for another guard of this client.
+            _ if self.named && !self.held && (matches!(left, Left::Offered) || holds) => {
                 // In flight for the field, so that it cannot withdraw a later naming.
                 let in_flight = inner.table.begin(&hold.name, &hold.field);
                 inner.clone().spawner().errand(async move {
