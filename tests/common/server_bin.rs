@@ -37,6 +37,13 @@ pub fn sentinel_cmd() -> (String, Vec<String>) {
     (server_bin(), vec!["--sentinel".into()])
 }
 
+/// Whether the tests run against Valkey.
+pub fn is_valkey() -> bool {
+    Path::new(&server_bin())
+        .file_name()
+        .is_some_and(|f| f.to_string_lossy().contains("valkey"))
+}
+
 fn want_valkey() -> bool {
     std::env::var("RLOCK_TEST_SERVER").is_ok_and(|v| v == "valkey")
 }
