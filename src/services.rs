@@ -24,7 +24,7 @@ pub(crate) fn grants_directly(config: &Config, conn: &Conn) -> bool {
     // counts those of its own node only, and would not see a Redisson waiter elsewhere.
     !config.turn_window.is_zero()
         && matches!(conn.sync(), ReplicaSync::Off)
-        && (!conn.is_cluster() || conn.sharded())
+        && (!conn.is_cluster() || conn.publish_command() == "spublish")
 }
 
 /// One client's shared services.
