@@ -247,10 +247,6 @@ impl Waiting<'_> {
             }
         };
         self.sub.wake_used();
-        if grant.direct {
-            // The unlock that granted it took this client's place in line too.
-            self.line.granted_by_redis = true;
-        }
         if grant.unacked {
             // Given back like an acquisition of this task that no replica acknowledged;
             // the next attempt, synced, waits for that release (in flight for the
@@ -278,6 +274,11 @@ impl Waiting<'_> {
             );
             release_detached(target.inner().clone(), target.hold(&self.field));
             return Step::Attempt;
+        }
+        if grant.direct {
+            // The unlock that granted it took this client's place in line too (a grant
+            // given back above leaves the wait going, and its next busy reply joins again).
+            self.line.granted_by_redis = true;
         }
         tracing::debug!(waited = ?self.started.elapsed(), token = grant.token, "lock handed over");
         Step::Done(Ok(Some(target.held(
