@@ -12,23 +12,33 @@ use std::time::{Duration, Instant};
 
 use common::RedisServer;
 use redis_rlock::protocol::{channel_name, clients_key, next_key};
-use redis_rlock::Client;
+use redis_rlock::{Client, LockGuard};
 
 async fn client(s: &RedisServer) -> Client {
     Client::builder(s.url()).build().await.unwrap()
 }
 
-/// Waits until `client` is named to take a direct grant of `name`.
+/// Waits until `client` is named to take a direct grant of `name`, and a moment more, so
+/// that its waiter has settled into its sleep (its attempts are over).
 async fn named(s: &RedisServer, name: &str, client: &Client) {
     let until = Instant::now() + Duration::from_secs(5);
     loop {
         let v: Option<String> = s.cmd(&["HGET", &next_key(name), client.id()]);
         if v.is_some() {
-            return;
+            break;
         }
         assert!(Instant::now() < until, "the waiter was never named");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// The guard a waiting task got, at most 2 s after the release.
+async fn granted(waiter: tokio::task::JoinHandle<LockGuard>) -> LockGuard {
+    tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter got the lock at once")
+        .unwrap()
 }
 
 fn script_calls(s: &RedisServer) -> u64 {
@@ -48,14 +58,9 @@ async fn a_release_grants_the_next_client_in_line_which_sends_nothing() {
         async move { l.lock_with_lease(Duration::from_secs(5)).await.unwrap() }
     });
     named(&s, name, &b).await;
-    // Let the waiter settle into its sleep: its attempts are over.
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let before = script_calls(&s);
     held.unlock().await.unwrap();
-    let g = tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .expect("the named waiter got the lock at once")
-        .unwrap();
+    let g = granted(waiter).await;
     assert_eq!(
         script_calls(&s) - before,
         1,
@@ -94,12 +99,8 @@ async fn a_fenced_waiter_gets_a_larger_token_by_direct_grant() {
         async move { l.lock().await.unwrap() }
     });
     named(&s, name, &b).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
     held.unlock().await.unwrap();
-    let g = tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .unwrap()
-        .unwrap();
+    let g = granted(waiter).await;
     assert_eq!(b.stats().direct_grants, 1);
     assert!(
         g.fencing_token().unwrap() > first,
@@ -131,14 +132,10 @@ async fn a_foreign_subscriber_of_the_lock_channel_gets_published_releases() {
         async move { l.lock().await.unwrap() }
     });
     named(&s, name, &b).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
     held.unlock().await.unwrap();
     let msg = pubsub.get_message().expect("the release was published");
     assert_eq!(msg.get_payload::<String>().unwrap(), "0");
-    let g = tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .unwrap()
-        .unwrap();
+    let g = granted(waiter).await;
     assert_eq!(b.stats().direct_grants, 0, "nothing was granted directly");
     g.unlock().await.unwrap();
 }
