@@ -56,6 +56,7 @@ mod connection;
 mod error;
 mod guard;
 mod handover;
+mod hash;
 mod identity;
 mod inflight;
 mod janitor;

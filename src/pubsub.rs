@@ -31,6 +31,7 @@ use crate::connection::cluster_client;
 use crate::connection::SentinelMaster;
 use crate::connection::{open_client, Conn};
 use crate::error::Result;
+use crate::hash::Seeded;
 use crate::stats::{Counters, Event};
 
 /// Shared state of one channel's local waiters.
@@ -41,7 +42,7 @@ pub(crate) struct ChannelEntry {
     /// (Redisson's layout), and the unlock message does not say which was released, so a
     /// message wakes one waiter of each name: the one whose lock it was then always
     /// hears of it, and a message nobody's unlock sent costs one attempt per name.
-    names: Mutex<HashMap<Arc<str>, NameWaiters>>,
+    names: Mutex<HashMap<Arc<str>, NameWaiters, Seeded>>,
     /// True once Redis confirmed the SUBSCRIBE for this entry.
     ready: AtomicBool,
     ready_changed: Notify,
@@ -147,7 +148,7 @@ enum Command {
 }
 
 struct HubShared {
-    channels: Mutex<HashMap<Arc<str>, Arc<ChannelEntry>>>,
+    channels: Mutex<HashMap<Arc<str>, Arc<ChannelEntry>, Seeded>>,
     commands: mpsc::UnboundedSender<Command>,
     next_id: AtomicU64,
     connected: AtomicBool,
@@ -206,7 +207,7 @@ impl PubSubHub {
     ) -> Result<PubSubHub> {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(HubShared {
-            channels: Mutex::new(HashMap::new()),
+            channels: Mutex::new(HashMap::default()),
             commands: tx,
             next_id: AtomicU64::new(1),
             connected: AtomicBool::new(false),
@@ -273,7 +274,7 @@ impl PubSubHub {
                 let entry = Arc::new(ChannelEntry {
                     id,
                     waiters: AtomicU64::new(0),
-                    names: Mutex::new(HashMap::new()),
+                    names: Mutex::new(HashMap::default()),
                     ready: AtomicBool::new(false),
                     ready_changed: Notify::new(),
                     turns: turns.cloned(),

@@ -13,6 +13,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::hash::Seeded;
+
 /// Where one waiter's ticket stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum State {
@@ -170,7 +172,7 @@ pub(crate) struct Queue {
     pub(crate) holder_until: Option<Instant>,
     /// Every waiter that another client's unlock may grant the lock to directly, asleep
     /// or not, by holder field (`docs/protocol.md` 2.7).
-    pub(crate) named: HashMap<Arc<str>, Arc<Ticket>>,
+    pub(crate) named: HashMap<Arc<str>, Arc<Ticket>, Seeded>,
 }
 
 impl Queue {

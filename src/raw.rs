@@ -174,8 +174,10 @@ pub(crate) enum Release {
     Passed,
 }
 
-fn ms(d: Duration) -> u128 {
-    d.as_millis()
+/// Milliseconds as a `u64`, which formats at half the cost of the `u128` of `as_millis`
+/// (durations reaching Redis are bounded far below `u64::MAX` ms).
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn unexpected(what: &str, v: &Value) -> Error {

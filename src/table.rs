@@ -23,10 +23,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::background::Signal;
+use crate::hash::Seeded;
 use crate::queue::Queue;
 use crate::raw::Kind;
 
-use hash::Seeded;
 pub(crate) use holds::{Begin, Handback};
 
 /// `(lock name, holder field)`.
@@ -437,7 +437,6 @@ impl Drop for InFlightGuard {
     }
 }
 
-mod hash;
 mod holds;
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,9 @@
-//! The hash of the table's maps. Their keys are lock names and holder fields, hashed
-//! several times per lock call: with the standard SipHash that was about 5% of a client's
-//! instructions per lock and unlock. This one folds each 8 bytes into the state with one
-//! 128-bit multiply, from a seed drawn per process (so that names chosen to collide
-//! cannot be found ahead of time, as with the standard hasher's random keys).
+//! The hash of the client's maps (the table's, the waiter queues' and the pub/sub hub's).
+//! Their keys are lock names, holder fields and channels, hashed several times per lock
+//! call: with the standard SipHash that was about 5% of a client's instructions per lock
+//! and unlock. This one folds each 8 bytes into the state with one 128-bit multiply, from
+//! a seed drawn per process (so that names chosen to collide cannot be found ahead of
+//! time, as with the standard hasher's random keys).
 
 use std::hash::{BuildHasher, Hasher};
 
