@@ -130,11 +130,52 @@ impl Entry {
     fn empty(&self, now: Instant, window: Duration) -> bool {
         self.holders.is_empty() && self.in_line == 0 && self.queue.idle(now, window)
     }
+
+    /// An empty entry made as new, its maps' memory kept.
+    fn recycle(mut self) -> Entry {
+        self.holders.clear();
+        let mut named = std::mem::take(&mut self.queue.named);
+        named.clear();
+        Entry {
+            holders: self.holders,
+            queue: Queue {
+                named,
+                ..Queue::default()
+            },
+            in_line: 0,
+        }
+    }
+}
+
+/// The names with an entry, and a few emptied entries kept for the next names: an
+/// uncontended lock and unlock empties its name's entry about three times, and making
+/// its maps anew each time was 3% of the client's instructions per pair.
+#[derive(Default)]
+struct Names {
+    map: HashMap<Arc<str>, Entry, Seeded>,
+    spare: Vec<Entry>,
+}
+
+/// Emptied entries kept: memory for a few names, whatever the number of names used.
+const SPARE_ENTRIES: usize = 8;
+
+impl std::ops::Deref for Names {
+    type Target = HashMap<Arc<str>, Entry, Seeded>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Names {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
 }
 
 /// The per-client table of lock names.
 pub(crate) struct Table {
-    names: Mutex<HashMap<Arc<str>, Entry, Seeded>>,
+    names: Mutex<Names>,
     /// How long a run of hand-overs counts ([`Queue::idle`]).
     window: Duration,
     /// The watchdog lease: what a partial release keeps when watchdog holds remain.
@@ -147,7 +188,7 @@ pub(crate) struct Table {
 impl Table {
     pub(crate) fn new(lease: Duration, window: Duration) -> Table {
         Table {
-            names: Mutex::new(HashMap::default()),
+            names: Mutex::new(Names::default()),
             window,
             lease,
             in_flight: AtomicUsize::new(0),
@@ -158,14 +199,22 @@ impl Table {
     /// Runs `f` on the entry of `name` (made if missing), and removes the entry if
     /// nothing is left in it.
     fn with<R>(&self, name: &Arc<str>, f: impl FnOnce(&mut Entry) -> R) -> R {
-        let mut names = self.names.lock();
-        let entry = match names.get_mut(name) {
+        let mut guard = self.names.lock();
+        let names = &mut *guard;
+        let entry = match names.map.get_mut(name) {
             Some(e) => e,
-            None => names.entry(name.clone()).or_default(),
+            None => {
+                let fresh = names.spare.pop().unwrap_or_default();
+                names.map.entry(name.clone()).or_insert(fresh)
+            }
         };
         let r = f(entry);
         if entry.empty(Instant::now(), self.window) {
-            names.remove(name);
+            if let Some(e) = names.map.remove(name) {
+                if names.spare.len() < SPARE_ENTRIES {
+                    names.spare.push(e.recycle());
+                }
+            }
         }
         r
     }

@@ -93,3 +93,32 @@ async fn an_entry_goes_once_nothing_is_left_in_it() {
     }
     assert_eq!(t.len(), 0);
 }
+
+#[tokio::test]
+async fn an_emptied_entry_reused_for_another_name_carries_nothing_over() {
+    let t = Arc::new(Table::new(
+        Duration::from_secs(30),
+        Duration::from_millis(5),
+    ));
+    let (a, b, f): (Arc<str>, Arc<str>, Arc<str>) = ("a".into(), "b".into(), "f".into());
+    t.add_fixed(&a, &f, Kind::Write);
+    // A run of hand-overs that stopped counting leaves the entry empty, not new.
+    t.with_queue(&a, |q| {
+        q.streak = 3;
+        q.streak_began = Some(Instant::now() - Duration::from_secs(1));
+        q.holder_until = Some(Instant::now() + Duration::from_secs(9));
+    });
+    assert!(matches!(
+        t.release_fixed(&a, &f, Instant::now() + Duration::from_secs(1)),
+        Handback::Send { holds: 1, .. }
+    ));
+    assert_eq!(t.len(), 0);
+    // The next name takes the spare entry: no holder, naming or line count of `a`.
+    assert!(!t.holds(&b, &f));
+    t.with_queue(&b, |q| {
+        assert!(q.named.is_empty() && q.sleeping.is_empty());
+        assert!(q.streak == 0 && q.streak_began.is_none() && q.holder_until.is_none());
+    });
+    assert_eq!(t.in_line(&b), 0);
+    assert_eq!(t.len(), 0);
+}
