@@ -30,7 +30,8 @@ impl LuaScript {
     pub(crate) fn call(&'static self) -> ScriptCall {
         ScriptCall {
             script: self,
-            data: Vec::with_capacity(256),
+            // The unlock's keys and arguments with a name of 20 bytes take about 400.
+            data: Vec::with_capacity(512),
             ends: Vec::with_capacity(20),
             keys: 0,
         }
