@@ -178,11 +178,13 @@ pub(crate) struct Queue {
 impl Queue {
     /// Nothing left worth keeping: nobody asleep, no run of hand-overs still counting,
     /// no hold-back in force.
-    pub(crate) fn idle(&self, now: Instant, window: Duration) -> bool {
+    /// `now` is read only when a time decides it (reading the clock is a noticeable
+    /// part of a lock call, and most entries have no hold-back or run to time).
+    pub(crate) fn idle(&self, now: impl Fn() -> Instant, window: Duration) -> bool {
         self.sleeping.is_empty()
             && self.named.is_empty()
-            && self.yield_until.is_none_or(|u| u <= now)
-            && (self.streak == 0 || self.streak_began.is_none_or(|t| t + window <= now))
+            && self.yield_until.is_none_or(|u| u <= now())
+            && (self.streak == 0 || self.streak_began.is_none_or(|t| t + window <= now()))
     }
 }
 

@@ -127,7 +127,7 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    fn empty(&self, now: Instant, window: Duration) -> bool {
+    fn empty(&self, now: impl Fn() -> Instant, window: Duration) -> bool {
         self.holders.is_empty() && self.in_line == 0 && self.queue.idle(now, window)
     }
 
@@ -209,7 +209,7 @@ impl Table {
             }
         };
         let r = f(entry);
-        if entry.empty(Instant::now(), self.window) {
+        if entry.empty(Instant::now, self.window) {
             if let Some(e) = names.map.remove(name) {
                 if names.spare.len() < SPARE_ENTRIES {
                     names.spare.push(e.recycle());
@@ -449,14 +449,16 @@ impl Table {
             });
         }
         let now = Instant::now();
-        names.retain(|_, e| !e.empty(now, self.window));
+        names.retain(|_, e| !e.empty(|| now, self.window));
         held
     }
 
     /// Drops entries nothing is left in (a run of hand-overs that stopped counting, say).
     pub(crate) fn sweep_idle(&self) {
         let now = Instant::now();
-        self.names.lock().retain(|_, e| !e.empty(now, self.window));
+        self.names
+            .lock()
+            .retain(|_, e| !e.empty(|| now, self.window));
     }
 
     /// Names with an entry now.
