@@ -15,38 +15,53 @@ use futures_util::future::BoxFuture;
 
 use crate::background::Spawner;
 
-type Orphan<T> = Box<dyn FnOnce(T) -> BoxFuture<'static, ()> + Send>;
+/// What gets a request's outcome when its caller left: a closure returning a future.
+/// Kept unboxed in [`Completing`]; only its future is boxed, on that rare path.
+pub(crate) trait Orphan<T>: Send + 'static {
+    fn take(self, outcome: T) -> BoxFuture<'static, ()>;
+}
+
+impl<T, O, OF> Orphan<T> for O
+where
+    O: FnOnce(T) -> OF + Send + 'static,
+    OF: Future<Output = ()> + Send + 'static,
+{
+    fn take(self, outcome: T) -> BoxFuture<'static, ()> {
+        Box::pin(self(outcome))
+    }
+}
 
 /// A request future that finishes in the background when dropped mid-flight.
-pub(crate) struct Completing<T: Send + 'static> {
+pub(crate) struct Completing<T: Send + 'static, O: Orphan<T>> {
     fut: Option<BoxFuture<'static, T>>,
     started: bool,
     /// Set while the inner future is being polled: if `drop` sees it, the poll panicked,
     /// and a future that panicked once is never polled again.
     in_poll: bool,
-    orphan: Option<Orphan<T>>,
+    orphan: Option<O>,
     spawner: Spawner,
 }
 
-impl<T: Send + 'static> Completing<T> {
+impl<T: Send + 'static, O: Orphan<T>> Completing<T, O> {
     /// Wraps `fut`; `orphan` receives its output when nobody waits for it any more.
-    pub(crate) fn new<F, O, OF>(spawner: Spawner, fut: F, orphan: O) -> Self
+    pub(crate) fn new<F>(spawner: Spawner, fut: F, orphan: O) -> Self
     where
         F: Future<Output = T> + Send + 'static,
-        O: FnOnce(T) -> OF + Send + 'static,
-        OF: Future<Output = ()> + Send + 'static,
     {
         Completing {
             fut: Some(Box::pin(fut)),
             started: false,
             in_poll: false,
-            orphan: Some(Box::new(move |v| Box::pin(orphan(v)))),
+            orphan: Some(orphan),
             spawner,
         }
     }
 }
 
-impl<T: Send + 'static> Future for Completing<T> {
+// Nothing in it is pinned in place: the request future is pinned in its box.
+impl<T: Send + 'static, O: Orphan<T>> Unpin for Completing<T, O> {}
+
+impl<T: Send + 'static, O: Orphan<T>> Future for Completing<T, O> {
     type Output = T;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
@@ -70,7 +85,7 @@ impl<T: Send + 'static> Future for Completing<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for Completing<T> {
+impl<T: Send + 'static, O: Orphan<T>> Drop for Completing<T, O> {
     fn drop(&mut self) {
         // A request never polled was never sent: there is nothing to finish.
         if !self.started || self.in_poll {
@@ -80,7 +95,7 @@ impl<T: Send + 'static> Drop for Completing<T> {
             // If the runtime is gone, so is the connection: the lease bounds what is left.
             self.spawner.errand(async move {
                 let out = fut.await;
-                orphan(out).await;
+                orphan.take(out).await;
             });
         }
     }
