@@ -1,6 +1,6 @@
 //! Redis Cluster: 3 masters + 3 replicas on loopback. Locks spread over the slots,
 //! sharded pub/sub waiters, slot-grouped renewals, and CLUSTER FAILOVER and kill -9 of a
-//! master while locks are held and waiters wait.
+//! master while locks are held and waiters wait; direct grants over sharded pub/sub.
 //!
 //! Measured figures are printed as `FIGURE <name> <value>` lines (`--nocapture`).
 #![cfg(feature = "cluster")]
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::topology::ClusterTopology;
 use common::{Overlap, RedisServer, Steps};
-use redis_rlock::{Client, Error};
+use redis_rlock::{Client, Error, ReplicaSync};
 
 fn figure(name: &str, value: impl std::fmt::Debug) {
     println!("FIGURE {name} {value:?}");
@@ -214,4 +214,103 @@ async fn cluster_failover_and_master_kill_keep_holders_and_serve_waiters() {
         assert_eq!(Overlap::report(&referee, &format!("cf{round}")).0, 0);
         steps.mark(format_args!("{how}: 12 holds served"));
     }
+}
+
+/// Direct grants over sharded pub/sub (`docs/protocol.md` 2.7), replica sync off as they
+/// need: a release at the slot's master goes to the waiter the next client named, and
+/// under churn of several clients on one name nobody overlaps and no hold is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_release_grants_the_next_client_directly() {
+    common::init_tracing();
+    let topo = tokio::task::spawn_blocking(ClusterTopology::start)
+        .await
+        .unwrap();
+    let connect = || async {
+        Client::cluster(&topo.urls())
+            .replica_sync(ReplicaSync::Off)
+            .response_timeout(Duration::from_millis(1500))
+            .build()
+            .await
+            .unwrap()
+    };
+    let (a, b) = (connect().await, connect().await);
+    let name = "cl:direct";
+    let owner = topo.master_of_slot(topo.keyslot(name));
+    let node = topo.nodes.iter().find(|n| n.port == owner).unwrap();
+
+    let held = a.lock(name).lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let l = b.lock(name);
+        async move { l.lock_with_lease(Duration::from_secs(5)).await.unwrap() }
+    });
+    let next = redis_rlock::protocol::next_key(name);
+    let named = common::eventually(Duration::from_secs(5), || {
+        node.try_cmd::<Option<String>>(&["HGET", &next, b.id()])
+            .ok()
+            .flatten()
+            .is_some()
+    })
+    .await;
+    assert!(
+        named,
+        "the waiting client was never named at the slot's master"
+    );
+    // Its waiter settles into its sleep.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.unlock().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter got the lock at once")
+        .unwrap();
+    assert_eq!(b.stats().direct_grants, 1);
+    let count: Option<i64> = node.cmd(&["HGET", name, g.holder_field()]);
+    assert_eq!(count, Some(1), "the waiter's field holds it once");
+    g.unlock().await.unwrap();
+
+    // Churn: 3 clients x 2 tasks, short waits, some given up while named.
+    let c = connect().await;
+    let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let acquired = Arc::new(AtomicUsize::new(0));
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut tasks = Vec::new();
+    for (i, client) in [&a, &b, &c].into_iter().enumerate() {
+        for t in 0..2usize {
+            let lock = client.lock(name);
+            let (inside, acquired) = (inside.clone(), acquired.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0usize;
+                while Instant::now() < until && n < 3_000 {
+                    n += 1;
+                    let wait = Duration::from_millis(2 + 10 * ((n + t + i) % 3) as u64);
+                    let Ok(Some(g)) = lock.try_lock_for(wait, None).await else {
+                        continue;
+                    };
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
+                    if n.is_multiple_of(2) {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    inside.store(false, Ordering::SeqCst);
+                    acquired.fetch_add(1, Ordering::Relaxed);
+                    g.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let direct: u64 = [&a, &b, &c].iter().map(|c| c.stats().direct_grants).sum();
+    figure("cluster_churn_acquired", acquired.load(Ordering::Relaxed));
+    figure("cluster_churn_direct_grants", direct);
+    assert!(acquired.load(Ordering::Relaxed) > 50);
+    assert!(direct > 1, "no direct grant under churn");
+    // Withdrawals and give-backs run in the background: a moment, far below a lease.
+    let gone = common::eventually(Duration::from_secs(3), || {
+        node.try_cmd::<i64>(&["EXISTS", name]).unwrap_or(1) == 0
+    })
+    .await;
+    assert!(gone, "a hold nobody uses is left");
 }
