@@ -159,6 +159,9 @@ struct Names {
 /// Emptied entries kept: memory for a few names, whatever the number of names used.
 const SPARE_ENTRIES: usize = 8;
 
+/// The most holder fields or namings an emptied entry's maps may have room for and be kept.
+const SPARE_CAPACITY: usize = 16;
+
 impl std::ops::Deref for Names {
     type Target = HashMap<Arc<str>, Entry, Seeded>;
 
@@ -211,7 +214,12 @@ impl Table {
         let r = f(entry);
         if entry.empty(Instant::now, self.window) {
             if let Some(e) = names.map.remove(name) {
-                if names.spare.len() < SPARE_ENTRIES {
+                // An entry whose maps grew large (thousands of readers, say) gives
+                // its memory back instead.
+                if names.spare.len() < SPARE_ENTRIES
+                    && e.holders.capacity() <= SPARE_CAPACITY
+                    && e.queue.named.capacity() <= SPARE_CAPACITY
+                {
                     names.spare.push(e.recycle());
                 }
             }
@@ -465,6 +473,18 @@ impl Table {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.names.lock().len()
+    }
+
+    /// Emptied entries kept for reuse.
+    #[cfg(test)]
+    pub(crate) fn spare(&self) -> usize {
+        self.names.lock().spare.len()
+    }
+
+    /// What the entry of `name` (made if missing) holds: holder fields, waiters in line.
+    #[cfg(test)]
+    pub(crate) fn contents(&self, name: &Arc<str>) -> (usize, u32) {
+        self.with(name, |e| (e.holders.len(), e.in_line))
     }
 }
 

@@ -112,13 +112,27 @@ async fn an_emptied_entry_reused_for_another_name_carries_nothing_over() {
         t.release_fixed(&a, &f, Instant::now() + Duration::from_secs(1)),
         Handback::Send { holds: 1, .. }
     ));
+    t.join_line(&a);
+    assert!(t.leave_line(&a));
     assert_eq!(t.len(), 0);
+    assert_eq!(t.spare(), 1, "the emptied entry was not kept");
     // The next name takes the spare entry: no holder, naming or line count of `a`.
-    assert!(!t.holds(&b, &f));
+    assert_eq!(t.contents(&b), (0, 0));
+    assert_eq!(t.spare(), 1, "the spare entry went back after use");
     t.with_queue(&b, |q| {
         assert!(q.named.is_empty() && q.sleeping.is_empty());
         assert!(q.streak == 0 && q.streak_began.is_none() && q.holder_until.is_none());
     });
-    assert_eq!(t.in_line(&b), 0);
     assert_eq!(t.len(), 0);
+    // A name that took many fields gives its memory back rather than keeping it.
+    let c: Arc<str> = "c".into();
+    let fields: Vec<Arc<str>> = (0..100).map(|i| format!("f{i}").into()).collect();
+    for f in &fields {
+        t.add_fixed(&c, f, Kind::Read);
+    }
+    for f in &fields {
+        t.release_fixed(&c, f, Instant::now() + Duration::from_secs(1));
+    }
+    assert_eq!(t.len(), 0);
+    assert_eq!(t.spare(), 0, "a large entry was kept");
 }
