@@ -267,53 +267,20 @@ async fn cluster_release_grants_the_next_client_directly() {
     assert_eq!(count, Some(1), "the waiter's field holds it once");
     g.unlock().await.unwrap();
 
-    // Churn: 3 clients x 2 tasks, short waits, some given up while named.
+    // Churn: 3 clients x 2 tasks, waits of 1-19 ms, some given up while named.
     let c = connect().await;
     let direct_before: u64 = [&a, &b, &c].iter().map(|c| c.stats().direct_grants).sum();
-    let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (acquired, gave_up) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let until = Instant::now() + Duration::from_secs(2);
-    let mut tasks = Vec::new();
-    for (i, client) in [&a, &b, &c].into_iter().enumerate() {
-        for t in 0..2usize {
-            let lock = client.lock(name);
-            let (inside, acquired, gave_up) = (inside.clone(), acquired.clone(), gave_up.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut n = 0usize;
-                while Instant::now() < until && n < 3_000 {
-                    n += 1;
-                    let wait = Duration::from_millis(2 + 10 * ((n + t + i) % 3) as u64);
-                    let Ok(Some(g)) = lock.try_lock_for(wait, None).await else {
-                        gave_up.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    };
-                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
-                    if n.is_multiple_of(2) {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                    inside.store(false, Ordering::SeqCst);
-                    acquired.fetch_add(1, Ordering::Relaxed);
-                    g.unlock().await.unwrap();
-                }
-            }));
-        }
-    }
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(30), t)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    let (acquired, gave_up) = common::churn(&[&a, &b, &c], name, Duration::from_secs(2)).await;
     let direct = [&a, &b, &c]
         .iter()
         .map(|c| c.stats().direct_grants)
         .sum::<u64>()
         - direct_before;
-    figure("cluster_churn_acquired", acquired.load(Ordering::Relaxed));
-    figure("cluster_churn_gave_up", gave_up.load(Ordering::Relaxed));
+    figure("cluster_churn_acquired", acquired);
+    figure("cluster_churn_gave_up", gave_up);
     figure("cluster_churn_direct_grants", direct);
-    assert!(acquired.load(Ordering::Relaxed) > 50);
-    assert!(gave_up.load(Ordering::Relaxed) > 0, "no waiter gave up");
+    assert!(acquired > 50);
+    assert!(gave_up > 0, "no waiter gave up");
     assert!(direct > 0, "no direct grant under churn");
     // Withdrawals and give-backs run in the background: a moment, far below a lease.
     let gone = common::eventually(Duration::from_secs(3), || {

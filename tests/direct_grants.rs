@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::RedisServer;
@@ -218,49 +216,12 @@ async fn churn_keeps_exclusion_and_leaves_no_orphan_hold() {
         clients.push(client(&s).await);
     }
     let name = "dg:churn";
-    let inside = Arc::new(AtomicBool::new(false));
-    let (acquired, gave_up) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let until = Instant::now() + Duration::from_secs(3);
-    let mut tasks = Vec::new();
-    for (i, c) in clients.iter().enumerate() {
-        for t in 0..2u64 {
-            let lock = c.lock(name);
-            let (inside, acquired, gave_up) = (inside.clone(), acquired.clone(), gave_up.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut n = 0u64;
-                while Instant::now() < until && n < 5_000 {
-                    n += 1;
-                    let wait = Duration::from_millis(1 + 6 * ((n + t + i as u64) % 4));
-                    // Out of time before Redis answered at all is an error of its own.
-                    let Ok(Some(g)) = lock.try_lock_for(wait, None).await else {
-                        gave_up.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    };
-                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
-                    if n.is_multiple_of(2) {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                    inside.store(false, Ordering::SeqCst);
-                    acquired.fetch_add(1, Ordering::Relaxed);
-                    g.unlock().await.unwrap();
-                }
-            }));
-        }
-    }
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(30), t)
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    let clients: Vec<&Client> = clients.iter().collect();
+    let (acquired, gave_up) = common::churn(&clients, name, Duration::from_secs(3)).await;
     let direct: u64 = clients.iter().map(|c| c.stats().direct_grants).sum();
-    println!(
-        "FIGURE churn: {} acquired, {} gave up, {direct} direct grants",
-        acquired.load(Ordering::Relaxed),
-        gave_up.load(Ordering::Relaxed)
-    );
-    assert!(acquired.load(Ordering::Relaxed) > 100);
-    assert!(gave_up.load(Ordering::Relaxed) > 0, "no waiter gave up");
+    println!("FIGURE churn: {acquired} acquired, {gave_up} gave up, {direct} direct grants");
+    assert!(acquired > 100);
+    assert!(gave_up > 0, "no waiter gave up");
     // Withdrawals and give-backs run in the background: a moment, far below a lease.
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {

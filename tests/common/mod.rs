@@ -601,3 +601,55 @@ pub async fn release_and_join(
             .unwrap();
     }
 }
+
+/// Waits (at most 30 s each) for every task to finish; a panic in one fails the test.
+pub async fn join_all(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("a task did not finish in 30 s")
+            .unwrap();
+    }
+}
+
+/// Churn on one name: two tasks per client take the lock with waits of 1 to 19 ms for
+/// `run` (at most 5,000 tries each), hold half of their grants 1 ms, and give up the
+/// rest of the waits. Panics if two hold it at once. Returns (grants, waits given up).
+pub async fn churn(clients: &[&redis_rlock::Client], name: &str, run: Duration) -> (u64, u64) {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    use std::sync::Arc;
+    let inside = Arc::new(AtomicBool::new(false));
+    let (acquired, gave_up) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let until = Instant::now() + run;
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        for t in 0..2u64 {
+            let lock = c.lock(name);
+            let (inside, acquired, gave_up) = (inside.clone(), acquired.clone(), gave_up.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until && n < 5_000 {
+                    n += 1;
+                    let wait = Duration::from_millis(1 + 6 * ((n + t + i as u64) % 4));
+                    // Out of time before Redis answered at all is an error of its own.
+                    let Ok(Some(g)) = lock.try_lock_for(wait, None).await else {
+                        gave_up.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
+                    if n.is_multiple_of(2) {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    inside.store(false, Ordering::SeqCst);
+                    acquired.fetch_add(1, Ordering::Relaxed);
+                    g.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    join_all(tasks).await;
+    (
+        acquired.load(Ordering::Relaxed),
+        gave_up.load(Ordering::Relaxed),
+    )
+}
