@@ -25,7 +25,9 @@ use tokio::time::Instant;
 use crate::background::Signal;
 use crate::hash::Seeded;
 use crate::queue::Queue;
+
 use crate::raw::Kind;
+use names::Names;
 
 pub(crate) use holds::{Begin, Handback};
 
@@ -130,50 +132,6 @@ impl Entry {
     fn empty(&self, now: impl Fn() -> Instant, window: Duration) -> bool {
         self.holders.is_empty() && self.in_line == 0 && self.queue.idle(now, window)
     }
-
-    /// An empty entry made as new, its maps' memory kept.
-    fn recycle(mut self) -> Entry {
-        self.holders.clear();
-        let mut named = std::mem::take(&mut self.queue.named);
-        named.clear();
-        Entry {
-            holders: self.holders,
-            queue: Queue {
-                named,
-                ..Queue::default()
-            },
-            in_line: 0,
-        }
-    }
-}
-
-/// The names with an entry, and a few emptied entries kept for the next names: an
-/// uncontended lock and unlock empties its name's entry about three times, and making
-/// its maps anew each time was 3% of the client's instructions per pair.
-#[derive(Default)]
-struct Names {
-    map: HashMap<Arc<str>, Entry, Seeded>,
-    spare: Vec<Entry>,
-}
-
-/// Emptied entries kept: memory for a few names, whatever the number of names used.
-const SPARE_ENTRIES: usize = 8;
-
-/// The most holder fields or namings an emptied entry's maps may have room for and be kept.
-const SPARE_CAPACITY: usize = 16;
-
-impl std::ops::Deref for Names {
-    type Target = HashMap<Arc<str>, Entry, Seeded>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.map
-    }
-}
-
-impl std::ops::DerefMut for Names {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.map
-    }
 }
 
 /// The per-client table of lock names.
@@ -213,16 +171,7 @@ impl Table {
         };
         let r = f(entry);
         if entry.empty(Instant::now, self.window) {
-            if let Some(e) = names.map.remove(name) {
-                // An entry whose maps grew large (thousands of readers, say) gives
-                // its memory back instead.
-                if names.spare.len() < SPARE_ENTRIES
-                    && e.holders.capacity() <= SPARE_CAPACITY
-                    && e.queue.named.capacity() <= SPARE_CAPACITY
-                {
-                    names.spare.push(e.recycle());
-                }
-            }
+            names.remove_empty(name);
         }
         r
     }
@@ -509,5 +458,6 @@ impl Drop for InFlightGuard {
 }
 
 mod holds;
+mod names;
 #[cfg(test)]
 mod tests;
