@@ -215,6 +215,15 @@ impl Target {
                         {
                             let _ = raw::leave_line(&inner.conn, &hold.name, &inner.id).await;
                         }
+                        // A fair lock's busy answer to a waiting caller queued the
+                        // field: left there, it would hold every later waiter back until
+                        // its deadline. (The next call of the field waits for this to
+                        // settle, so its own place is not the one removed.)
+                        if waits && hold.kind == crate::raw::Kind::Fair {
+                            let _ =
+                                raw::fair_leave(&inner.conn, &hold.name, Some(&hold.field), false)
+                                    .await;
+                        }
                     }
                     _ => {}
                 }

@@ -102,6 +102,53 @@ async fn a_waiter_that_gives_up_or_is_dropped_leaves_the_queue_at_once() {
     assert!(released.elapsed() < Duration::from_secs(1));
 }
 
+/// A wait that runs out while its first attempt is still on its way: the attempt is
+/// answered busy later, in the background, which puts the waiter in the queue; nobody
+/// waits there, so it must leave again, or the next waiter waits behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_out_of_time_before_its_first_answer_leaves_no_place() {
+    let s = RedisServer::start();
+    let holder = Client::connect(s.url()).await.unwrap();
+    let proxy = common::proxy::Proxy::start(s.port).await;
+    let slow = Client::connect(proxy.url()).await.unwrap();
+    let name = "fl:cut";
+    let g = holder.fair_lock(name).lock().await.unwrap();
+    proxy.set_latency(Duration::from_millis(150));
+    let asked = Instant::now();
+    let got = slow
+        .fair_lock(name)
+        .try_lock_for(Duration::from_millis(30), None)
+        .await;
+    assert!(
+        asked.elapsed() < Duration::from_millis(140),
+        "the wait outlived its bound"
+    );
+    assert!(matches!(
+        got,
+        Ok(None) | Err(redis_rlock::Error::Timeout { .. })
+    ));
+    // The attempt's answer comes back in the background meanwhile.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.set_latency(Duration::ZERO);
+    assert!(
+        common::eventually(Duration::from_secs(2), || queue(&s, name).is_empty()
+            && deadlines(&s, name) == 0)
+        .await,
+        "the late busy answer left a place in the queue: {:?}",
+        queue(&s, name)
+    );
+    let next = tokio::spawn({
+        let l = holder.fair_lock(name);
+        async move { l.lock().await.unwrap().unlock().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    g.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), next)
+        .await
+        .expect("the next waiter waited behind a place nobody held")
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_waiter_outlasting_the_queue_timeout_keeps_its_place() {
     let s = RedisServer::start();
