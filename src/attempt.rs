@@ -224,6 +224,12 @@ impl Target {
                                 raw::fair_leave(&inner.conn, &hold.name, Some(&hold.field), false)
                                     .await;
                         }
+                        // A writer's busy answer marked it waiting, which holds new
+                        // readers back; as when a writer gives up (another writer still
+                        // waiting marks it again at its next attempt).
+                        if waits && hold.kind == crate::raw::Kind::Write {
+                            let _ = raw::clear_writer_mark(&inner.conn, &hold.name).await;
+                        }
                     }
                     _ => {}
                 }

@@ -706,6 +706,46 @@ async fn a_waiting_writer_is_not_starved_by_readers_that_keep_coming() {
     }
 }
 
+/// A writer's wait that runs out while its first attempt is on its way: the busy answer
+/// that comes later marks a writer waiting; nobody waits, so the mark goes again instead
+/// of holding new readers back for its 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_out_of_time_before_its_first_answer_leaves_no_mark() {
+    let s = RedisServer::start();
+    let reader = client(&s).await;
+    let proxy = common::proxy::Proxy::start(s.port).await;
+    let slow = Client::connect(proxy.url()).await.unwrap();
+    let name = "rw:cut";
+    let r = reader.read_write_lock(name).read().lock().await.unwrap();
+    proxy.set_latency(Duration::from_millis(150));
+    let asked = Instant::now();
+    let got = slow
+        .read_write_lock(name)
+        .write()
+        .try_lock_for(Duration::from_millis(30), None)
+        .await;
+    assert!(asked.elapsed() < Duration::from_millis(140));
+    assert!(matches!(got, Ok(None) | Err(Error::Timeout { .. })));
+    // The attempt's answer, and what follows it, come meanwhile.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.set_latency(Duration::ZERO);
+    let mark = redis_rlock::protocol::writer_key(name);
+    assert!(
+        eventually(Duration::from_secs(1), || s.cmd::<i64>(&["EXISTS", &mark]) == 0).await,
+        "the late busy answer left the writer's mark"
+    );
+    // So a new reader of this crate is not held back.
+    let again = reader
+        .read_write_lock(name)
+        .read()
+        .try_lock_for(Duration::from_millis(200), None)
+        .await
+        .unwrap()
+        .expect("a reader held back by a writer nobody is");
+    again.unlock().await.unwrap();
+    r.unlock().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_also_reads_re_enters_its_write_lock() {
     let s = RedisServer::start();
