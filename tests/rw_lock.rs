@@ -731,7 +731,9 @@ async fn a_writer_out_of_time_before_its_first_answer_leaves_no_mark() {
     proxy.set_latency(Duration::ZERO);
     let mark = redis_rlock::protocol::writer_key(name);
     assert!(
-        eventually(Duration::from_secs(1), || s.cmd::<i64>(&["EXISTS", &mark]) == 0).await,
+        eventually(Duration::from_secs(1), || s.cmd::<i64>(&["EXISTS", &mark])
+            == 0)
+        .await,
         "the late busy answer left the writer's mark"
     );
     // So a new reader of this crate is not held back.
