@@ -331,6 +331,8 @@ struct Tally {
     /// Grants per task.
     grants: Vec<u64>,
     longest_us: u64,
+    /// The longest time between two grants in a row in this process, in µs.
+    gap_us: u64,
     /// Pair times in µs (W1 only).
     pairs_us: Vec<f64>,
     overlaps: u64,
@@ -371,6 +373,9 @@ async fn run_here(
     let until = Instant::now() + Duration::from_secs_f64(secs);
     let inside = Arc::new(AtomicU64::new(0));
     let overlaps = Arc::new(AtomicU64::new(0));
+    let base = Instant::now();
+    let last_grant = Arc::new(AtomicU64::new(0));
+    let gap = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     for (i, (conn, own_data)) in conns.into_iter().enumerate() {
         let task = first + i;
@@ -382,6 +387,7 @@ async fn run_here(
         };
         let mut data = own_data.unwrap_or_else(|| data.clone());
         let (inside, overlaps) = (inside.clone(), overlaps.clone());
+        let (last_grant, gap) = (last_grant.clone(), gap.clone());
         let job = async move {
             let mut locker = Locker::new(&conn, &name, task);
             let (mut grants, mut longest, mut pairs) = (0u64, 0u64, Vec::new());
@@ -397,6 +403,11 @@ async fn run_here(
                     overlaps.fetch_add(1, Ordering::Relaxed);
                 }
                 grants += 1;
+                let at = base.elapsed().as_micros() as u64;
+                let before = last_grant.swap(at, Ordering::SeqCst);
+                if before != 0 {
+                    gap.fetch_max(at.saturating_sub(before), Ordering::Relaxed);
+                }
                 if waited.as_micros() as u64 > longest
                     && std::env::var("RLOCK_SHAPES_WHERE").is_ok()
                 {
@@ -446,6 +457,7 @@ async fn run_here(
         tally.pairs_us.extend(p);
     }
     tally.overlaps = overlaps.load(Ordering::Relaxed);
+    tally.gap_us = gap.load(Ordering::Relaxed);
     if let Conn::Ours(c) = shared {
         let _ = c.shutdown().await;
     }
@@ -498,6 +510,9 @@ struct Figures {
     fairness: f64,
     /// The longest wait, in mean lock cycles (the run's time over its grants).
     longest_cycles: f64,
+    /// The longest time with no grant at all, in mean lock cycles (one process only).
+    gap_cycles: f64,
+    gap_us: u64,
     scripts_per_acq: f64,
     commands_per_acq: f64,
     cpu_us_per_acq: f64,
@@ -536,9 +551,11 @@ async fn measure(url: &str, lib: Lib, work: Work, shape: Shape, secs: f64) -> Fi
     let before = server_use(&mut admin).await;
     let ticks = cpu::cpu_ticks();
     // Grants per counted unit (task, or process), the longest wait, pair times.
+    let mut gap_us = 0;
     let (units, longest_us, mut pairs, overlaps) = match shape {
         Shape::Shared | Shape::PerTask => {
             let t = run_here(url, lib, work, 0, shape == Shape::PerTask, None, secs).await;
+            gap_us = t.gap_us;
             (t.grants, t.longest_us, t.pairs_us, t.overlaps)
         }
         Shape::Procs => {
@@ -612,6 +629,8 @@ async fn measure(url: &str, lib: Lib, work: Work, shape: Shape, secs: f64) -> Fi
         p50_us: pairs.get(pairs.len() / 2).copied().unwrap_or(0.0),
         fairness: if min > 0.0 { max / min } else { f64::INFINITY },
         longest_cycles: longest_us as f64 / cycle_us,
+        gap_cycles: gap_us as f64 / cycle_us,
+        gap_us,
         scripts_per_acq: (after.scripts - before.scripts) as f64 / acq,
         commands_per_acq: (after.commands - before.commands) as f64 / acq,
         cpu_us_per_acq: (after.cpu_s - before.cpu_s) * 1e6 / acq,
@@ -748,7 +767,7 @@ fn main() {
                 let lib = Lib::parse(&std::env::var("RLOCK_SHAPES_PROFILE").unwrap());
                 let f = rt.block_on(measure(&url, lib, work, shape, secs));
                 println!(
-                    "{label} {} {}: {:.0} µs p50, {:.0}/s; {:.1} µs Redis CPU, {:.1} µs client CPU, {:.1} scripts per acq; max/min {:.2}, longest wait {:.1} cycles",
+                    "{label} {} {}: {:.0} µs p50, {:.0}/s; {:.1} µs Redis CPU, {:.1} µs client CPU, {:.1} scripts per acq; max/min {:.2}, longest wait {:.1} cycles, longest gap {:.1} cycles",
                     lib.name(),
                     shape.name(),
                     f.p50_us,
@@ -757,7 +776,8 @@ fn main() {
                     f.client_us_per_acq,
                     f.scripts_per_acq,
                     f.fairness,
-                    f.longest_cycles
+                    f.longest_cycles,
+                    f.gap_cycles
                 );
                 continue;
             }
@@ -799,10 +819,15 @@ fn cell(
             f.per_sec, f.commands_per_acq, f.cpu_us_per_acq
         ),
         Kind::W3 | Kind::W4 => format!(
-            "{:.0} acq/s; max/min {:.2}; longest wait {:.1} cycles; {:.1} scripts, {:.1} commands, {:.0} µs Redis CPU per acq{}",
+            "{:.0} acq/s; max/min {:.2}; longest wait {:.1} cycles{}; {:.1} scripts, {:.1} commands, {:.0} µs Redis CPU per acq{}",
             f.per_sec,
             f.fairness,
             f.longest_cycles,
+            if shape == Shape::Procs {
+                String::new()
+            } else {
+                format!(" (no grant at all for {:.1})", f.gap_cycles)
+            },
             f.scripts_per_acq,
             f.commands_per_acq,
             f.cpu_us_per_acq,
@@ -838,10 +863,11 @@ fn cell(
             let to_floor = ours.per_sec / floor.per_sec.max(1e-9);
             (
                 format!(
-                    "{to_floor:.2}x of the Redisson-script floor ({:.0}/s); {:.2}x of the trivial limit ({:.0}/s)",
+                    "{to_floor:.2}x of the Redisson-script floor ({:.0}/s); {:.2}x of the trivial limit ({:.0}/s, which once finished no pair for {:.1} ms)",
                     floor.per_sec,
                     ours.per_sec / limit.per_sec.max(1e-9),
-                    limit.per_sec
+                    limit.per_sec,
+                    limit.gap_us as f64 / 1e3
                 ),
                 ratio >= 1.0 && (work.tasks < 64 || to_floor >= 0.9),
             )
