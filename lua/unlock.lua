@@ -32,6 +32,10 @@
 --              client in line named (KEYS[8]), instead of publishing
 --          'c' the releasing field may be named in KEYS[8] (its waiter gave up): withdrawn;
 --              with ARGV[4] = 0 nothing else is done
+--          'e' the hand-over to ARGV[5] comes at the end of this client's run of them
+--              (its window is over): it goes ahead only if no one else may be waiting,
+--              that is no other client in KEYS[5] and no subscriber of KEYS[2] but this
+--              client; else the release is published, as without ARGV[5]
 -- The unlock message is Redisson's, "0".
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
 -- released and published, 3 when it was published because the hand-over gave way (the
@@ -107,7 +111,21 @@ if ARGV[5] ~= '' and flag('g') and turns then
         gave_way = true
     end
 end
-if ARGV[5] ~= '' and not gave_way then
+-- Whether anyone but this client may wait for the lock: another client in line, or a
+-- second subscriber of the lock's channel (a Redisson waiter, a client of this crate with
+-- turns off). A count the server will not give, or does not believe, is taken as yes.
+local function others_wait()
+    if turns then
+        local first = redis.call('lrange', KEYS[5], 0, 1)
+        if (first[1] and first[1] ~= me) or first[2] then
+            return true
+        end
+    end
+    local counts = redis.pcall('pubsub', flag('s') and 'shardnumsub' or 'numsub', KEYS[2])
+    return type(counts) ~= 'table' or counts.err or tonumber(counts[2]) > 1
+end
+local run_over = ARGV[5] ~= '' and flag('e') and others_wait()
+if ARGV[5] ~= '' and not gave_way and not run_over then
     -- For a fenced lock INCR first: it is the one call that can fail (see acquire.lua),
     -- and a script is not rolled back. A counter that cannot fence the next holder makes
     -- this a published release instead; the waiter's own acquire then reports it.

@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::queue::{Grant, Offer, Queue, State, Ticket, Woke};
+use crate::queue::{Grant, Offer, Queue, State, Terms, Ticket, Woke};
 use crate::table::Table;
 
 /// Default for [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit):
@@ -53,17 +53,26 @@ pub(crate) struct Handover {
     table: Arc<Table>,
     limit: u32,
     window: Duration,
+    /// Whether the unlock script can tell that nobody outside this client waits, so
+    /// that a streak whose window is over may go on (see [`pick`](Self::pick)).
+    asks_at_end: bool,
     /// Leaves since the last sweep of idle entries.
     leaves: AtomicU64,
     next_seq: AtomicU64,
 }
 
 impl Handover {
-    pub(crate) fn new(table: Arc<Table>, limit: u32, window: Duration) -> Handover {
+    pub(crate) fn new(
+        table: Arc<Table>,
+        limit: u32,
+        window: Duration,
+        asks_at_end: bool,
+    ) -> Handover {
         Handover {
             table,
             limit,
             window,
+            asks_at_end,
             leaves: AtomicU64::new(0),
             next_seq: AtomicU64::new(0),
         }
@@ -83,6 +92,13 @@ impl Handover {
     /// release is published, and the streak starts again). The count bounds a hot loop;
     /// the window bounds, in time, how long waiters of other clients wait behind ours.
     /// `None`: publish, as if this client had no waiter.
+    ///
+    /// Where the script can count who listens on the lock's channel, a window that is
+    /// over does not end the streak by itself: the offer goes out with
+    /// [`Terms::EndOfStreak`], and Redis publishes instead of handing over only if
+    /// someone else may be waiting. Ending a streak costs a published release, a
+    /// wake-up and a pause of this client's own acquires, which buy nothing when nobody
+    /// else waits.
     pub(crate) fn pick(&self, queue: &mut Queue) -> Option<Offer> {
         if self.limit == 0 || queue.sleeping.is_empty() {
             return None;
@@ -91,10 +107,15 @@ impl Handover {
         let expired = queue
             .streak_began
             .is_some_and(|t| now.saturating_duration_since(t) >= self.window);
+        let mut terms = Terms::Outright;
         if queue.streak >= self.limit || (queue.streak > 0 && expired) {
+            let asks = self.asks_at_end && queue.streak < self.limit;
             queue.streak = 0;
             queue.streak_began = None;
-            return Some(Offer::EndStreak);
+            if !asks {
+                return Some(Offer::EndStreak);
+            }
+            terms = Terms::EndOfStreak;
         }
         // A ticket granted directly meanwhile is not offered.
         let ticket = loop {
@@ -106,10 +127,12 @@ impl Handover {
         if queue.streak == 0 {
             queue.streak_began = Some(now);
         }
-        let gives_way = queue.streak >= GIVE_WAY_AFTER;
+        if terms == Terms::Outright && queue.streak >= GIVE_WAY_AFTER {
+            terms = Terms::GiveWay;
+        }
         queue.streak += 1;
         *ticket.state.lock() = State::Offered;
-        Some(Offer::To(ticket, gives_way))
+        Some(Offer::To(ticket, terms))
     }
 
     /// An offer of `name` was not handed over after all (the release was partial, or

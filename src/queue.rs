@@ -190,13 +190,24 @@ impl Queue {
 
 /// What an unlock should do with the lock on a full release.
 pub(crate) enum Offer {
-    /// Hand it to this waiter; `true`: unless another client waits in line, whose turn
-    /// then comes first (`docs/protocol.md` 2.6).
-    To(Arc<Ticket>, bool),
+    /// Hand it to this waiter, on these terms.
+    To(Arc<Ticket>, Terms),
     /// Publish: this client has nobody waiting.
     Publish,
     /// Publish, ending a streak of hand-overs while this client still has waiters.
     EndStreak,
+}
+
+/// When the unlock script hands the lock to an offered waiter (`docs/protocol.md` 2.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Terms {
+    /// Always.
+    Outright,
+    /// Unless another client waits in line, whose turn then comes first (2.6).
+    GiveWay,
+    /// The streak's window is over: only if nobody outside this client may be waiting
+    /// for the lock; else the release is published and the streak ends.
+    EndOfStreak,
 }
 
 /// What a waiter finds when it stops sleeping.

@@ -335,6 +335,9 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) turn_window: Duration,
     /// Whether the hand-over to `next` gives way to another client waiting in line.
     pub(crate) gives_way: bool,
+    /// The hand-over to `next` comes after the client's run of them is over: it goes
+    /// ahead only if nobody outside this client may be waiting (flag `e`).
+    pub(crate) ends_run: bool,
     /// A full release may grant the lock directly to another client's waiter (flag
     /// `d`; `docs/protocol.md` 2.7).
     pub(crate) direct: bool,
@@ -405,6 +408,7 @@ fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
             .set(b'r', call.retry)
             .set(b'F', call.fenced)
             .set(b'g', call.gives_way)
+            .set(b'e', call.ends_run)
             .set(b'd', call.direct)
             .set(b'c', call.unname)
             .publish(conn),

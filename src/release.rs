@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::queue::{Grant, Offer, Ticket};
+use crate::queue::{Grant, Offer, Terms, Ticket};
 use crate::raw::{self, Kind, Release, ReleaseCall};
 use crate::services::ClientInner;
 use crate::target::{Hold, ATTEMPTS};
@@ -131,15 +131,16 @@ async fn release_hold_as(
             inner.handover.pick(q)
         });
     match plan.unwrap_or(Offer::Publish) {
-        Offer::To(ticket, gives_way) => {
+        Offer::To(ticket, terms) => {
             let offer = Offered {
                 ticket,
                 inner: inner.clone(),
                 name: hold.name.clone(),
                 settled: false,
             };
-            let offer = Some((offer, gives_way));
-            send_release(inner, hold, keep, holds, offer, false, unname).await
+            let ends_streak = terms == Terms::EndOfStreak;
+            let offer = Some((offer, terms));
+            send_release(inner, hold, keep, holds, offer, ends_streak, unname).await
         }
         Offer::EndStreak => send_release(inner, hold, keep, holds, None, true, unname).await,
         Offer::Publish => send_release(inner, hold, keep, holds, None, false, unname).await,
@@ -154,13 +155,13 @@ async fn send_release(
     hold: &Hold,
     keep: Option<Duration>,
     holds: u32,
-    offer: Option<(Offered, bool)>,
+    offer: Option<(Offered, Terms)>,
     ends_streak: bool,
     unname: bool,
 ) -> Result<Release> {
-    let (mut offer, gives_way) = match offer {
-        Some((o, gives_way)) => (Some(o), gives_way),
-        None => (None, false),
+    let (mut offer, terms) = match offer {
+        Some((o, terms)) => (Some(o), terms),
+        None => (None, Terms::Outright),
     };
     let sent = Instant::now();
     let latch = raw::latch_key(&hold.name, &raw::request_id());
@@ -179,7 +180,8 @@ async fn send_release(
         fenced: hold.fenced || offer.as_ref().is_some_and(|o| o.ticket.fenced),
         kind: hold.kind,
         turn_window: inner.config.turn_window,
-        gives_way,
+        gives_way: terms == Terms::GiveWay,
+        ends_run: terms == Terms::EndOfStreak,
         direct: hold.kind == Kind::Plain && inner.grants_directly(),
         unname,
     };

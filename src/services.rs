@@ -20,11 +20,17 @@ use crate::watchdog::Watchdog;
 
 /// See [`ClientInner::grants_directly`]; for a client still being built.
 pub(crate) fn grants_directly(config: &Config, conn: &Conn) -> bool {
-    // A cluster's classic pub/sub reaches subscribers on every node, but the script
-    // counts those of its own node only, and would not see a Redisson waiter elsewhere.
     !config.turn_window.is_zero()
         && matches!(conn.sync(), ReplicaSync::Off)
-        && (!conn.is_cluster() || conn.publish_command() == "spublish")
+        && counts_listeners(conn)
+}
+
+/// Whether a script can count every subscriber of a lock's channel with `PUBSUB NUMSUB`
+/// (or `SHARDNUMSUB`), and so tell whether anyone outside its client waits.
+pub(crate) fn counts_listeners(conn: &Conn) -> bool {
+    // A cluster's classic pub/sub reaches subscribers on every node, but the script
+    // counts those of its own node only, and would not see a Redisson waiter elsewhere.
+    !conn.is_cluster() || conn.publish_command() == "spublish"
 }
 
 /// One client's shared services.

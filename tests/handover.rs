@@ -614,3 +614,146 @@ fn retried_grants_of_the_other_kinds_replay_with_a_write() {
     });
     assert_eq!(s.cmd::<i64>(&["GET", "sem-lua"]), 3, "permits taken twice");
 }
+
+/// `tasks` tasks of `c` taking `name` in turn, each holding it `hold`, until `stop` is set
+/// (bounded: 20,000 rounds or 20 s); counts the rounds.
+fn traders(
+    c: &Client,
+    name: &str,
+    tasks: usize,
+    hold: Duration,
+    stop: &Arc<AtomicBool>,
+    rounds: &Arc<AtomicU32>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..tasks)
+        .map(|_| {
+            let (lock, stop, rounds) = (c.lock(name), stop.clone(), rounds.clone());
+            tokio::spawn(async move {
+                let began = Instant::now();
+                for _ in 0..20_000 {
+                    if stop.load(Ordering::SeqCst) || began.elapsed() > Duration::from_secs(20) {
+                        break;
+                    }
+                    let g = lock.lock().await.unwrap();
+                    rounds.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(hold).await;
+                    g.unlock().await.unwrap();
+                }
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_a_lone_client_trade_the_lock_past_the_window_without_publishing() {
+    let s = RedisServer::start();
+    // The defaults: a 5 ms window, 256 hand-overs at most in a row.
+    let c = Client::connect(&s.url()).await.unwrap();
+    let (stop, rounds) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+    );
+    let tasks = traders(&c, "ho-alone", 3, Duration::from_millis(2), &stop, &rounds);
+    assert!(eventually(Duration::from_secs(5), || rounds.load(Ordering::SeqCst) > 5).await);
+    let (published, from) = (s.calls("publish"), rounds.load(Ordering::SeqCst));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (published, traded) = (
+        s.calls("publish") - published,
+        rounds.load(Ordering::SeqCst) - from,
+    );
+    stop.store(true, Ordering::SeqCst);
+    common::join_all(tasks).await;
+    // Well under the 256 in a row; with a 2 ms hold, each 5 ms window spans 2 or 3 of
+    // them, and each window that ended a run would publish.
+    assert!(traded >= 40, "only {traded} grants in 400 ms");
+    assert!(
+        published <= 2,
+        "{published} releases published in {traded} grants with nobody else waiting"
+    );
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-alone"]), 0);
+}
+
+/// A waiter as Redisson's `lock()` waits: subscribed to the lock's channel, it tries
+/// Redisson's acquire script, and after a busy answer waits for a message (at most the
+/// holder's TTL) and tries again. Returns how long it waited, after giving the lock back
+/// as Redisson does (`DEL`, `PUBLISH 0`); `None` if it did not get it by `limit`.
+fn redisson_waiter(url: String, name: String, limit: Duration) -> Option<Duration> {
+    const ACQUIRE: &str = "if redis.call('exists', KEYS[1]) == 0 or \
+        redis.call('hexists', KEYS[1], ARGV[2]) == 1 then \
+        redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+        redis.call('pexpire', KEYS[1], ARGV[1]); return nil end; \
+        return redis.call('pttl', KEYS[1])";
+    let client = redis::Client::open(url).unwrap();
+    let mut cmds = client.get_connection().unwrap();
+    let mut subscriber = client.get_connection().unwrap();
+    let channel = redis_rlock::protocol::channel_name(&name);
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.subscribe(&channel).unwrap();
+    let field = "0b5c1d2e-3f40-4a5b-8c6d-7e8f90a1b2c3:1";
+    let began = Instant::now();
+    while began.elapsed() < limit {
+        let ttl: Option<i64> = redis::cmd("EVAL")
+            .arg(ACQUIRE)
+            .arg(1)
+            .arg(&name)
+            .arg(30_000)
+            .arg(field)
+            .query(&mut cmds)
+            .unwrap();
+        let Some(ttl) = ttl else {
+            let waited = began.elapsed();
+            let _: () = redis::pipe()
+                .cmd("DEL")
+                .arg(&name)
+                .ignore()
+                .cmd("PUBLISH")
+                .arg(&channel)
+                .arg("0")
+                .ignore()
+                .query(&mut cmds)
+                .unwrap();
+            return Some(waited);
+        };
+        let wait = Duration::from_millis(ttl.clamp(1, 1000) as u64);
+        pubsub.set_read_timeout(Some(wait)).unwrap();
+        let _ = pubsub.get_message();
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_waiter_gets_in_while_a_clients_tasks_trade_the_lock() {
+    let s = RedisServer::start();
+    // Only the window ends a run here, not a count: it has to see the foreign waiter.
+    let c = Client::builder(s.url())
+        .handover_limit(1_000_000)
+        .build()
+        .await
+        .unwrap();
+    let (stop, rounds) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+    );
+    let tasks = traders(&c, "ho-java", 3, Duration::from_millis(1), &stop, &rounds);
+    assert!(
+        eventually(Duration::from_secs(5), || rounds.load(Ordering::SeqCst)
+            > 20)
+        .await
+    );
+    let url = s.url();
+    let waited = tokio::task::spawn_blocking(move || {
+        redisson_waiter(url, "ho-java".into(), Duration::from_secs(10))
+    })
+    .await
+    .unwrap();
+    let traded = rounds.load(Ordering::SeqCst);
+    stop.store(true, Ordering::SeqCst);
+    common::join_all(tasks).await;
+    let waited = waited.expect("the Redisson waiter starved for 10 s");
+    assert!(
+        waited < Duration::from_secs(2),
+        "the Redisson waiter waited {waited:?}"
+    );
+    assert!(traded > 20);
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-java"]), 0);
+}

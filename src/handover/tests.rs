@@ -8,7 +8,7 @@ fn hub(limit: u32) -> Arc<Handover> {
 
 fn hub_with(limit: u32, window: Duration) -> Arc<Handover> {
     let table = Arc::new(Table::new(Duration::from_secs(30), window));
-    Arc::new(Handover::new(table, limit, window))
+    Arc::new(Handover::new(table, limit, window, false))
 }
 
 fn to(o: Offer) -> Arc<Ticket> {
@@ -216,4 +216,53 @@ async fn holding_back_lasts_its_period() {
     assert!(h.held_back("n").is_some());
     h.hold_back(&"n".into(), Duration::ZERO);
     assert!(h.held_back("n").is_none());
+}
+
+#[tokio::test]
+async fn a_streak_past_its_window_asks_redis_and_only_the_limit_ends_it_outright() {
+    let table = Arc::new(Table::new(
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+    ));
+    let h = Arc::new(Handover::new(table, 4, Duration::from_millis(20), true));
+    let name: Arc<str> = "n".into();
+    let ws: Vec<_> = (0..8)
+        .map(|i| {
+            h.waiter(
+                &name,
+                &format!("f{i}").into(),
+                Duration::from_secs(1),
+                false,
+                false,
+            )
+        })
+        .collect();
+    for w in &ws {
+        w.park(None);
+    }
+    let terms = |o: Offer| match o {
+        Offer::To(_, terms) => terms,
+        _ => panic!("expected an offer"),
+    };
+    assert_eq!(terms(h.offer("n")), Terms::Outright);
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    // The window is over: the offer goes out, on terms that let Redis end the streak.
+    assert_eq!(terms(h.offer("n")), Terms::EndOfStreak);
+    // Redis handed over: that offer began a new streak.
+    assert_eq!(terms(h.offer("n")), Terms::Outright);
+    assert_eq!(terms(h.offer("n")), Terms::Outright);
+    assert_eq!(terms(h.offer("n")), Terms::Outright);
+    // The fifth in a row reaches the limit of 4: published, whoever waits.
+    assert!(matches!(h.offer("n"), Offer::EndStreak));
+    // Redis published instead: the withdrawn offer leaves no streak behind.
+    assert_eq!(terms(h.offer("n")), Terms::Outright);
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let ended = h.offer("n");
+    assert_eq!(terms(ended), Terms::EndOfStreak);
+    h.withdraw(&name);
+    assert_eq!(
+        terms(h.offer("n")),
+        Terms::Outright,
+        "a new streak, not past its window"
+    );
 }

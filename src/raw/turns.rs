@@ -93,6 +93,7 @@ pub(crate) async fn withdraw_naming(conn: &Conn, name: &str, field: &str) -> Res
         kind: super::Kind::Plain,
         turn_window: std::time::Duration::ZERO,
         gives_way: false,
+        ends_run: false,
         direct: false,
         unname: true,
     };

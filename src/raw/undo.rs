@@ -28,6 +28,7 @@ pub(super) async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         kind: call.kind,
         turn_window: Duration::ZERO,
         gives_way: false,
+        ends_run: false,
         direct: false,
         unname: false,
     };
