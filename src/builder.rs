@@ -95,12 +95,20 @@ impl ClientBuilder {
     }
 
     /// How long a run of hand-overs on one name may last, counted from its first; the
-    /// first release after that is published. Default
+    /// first release after that is published if anyone else may be waiting. Default
     /// [`DEFAULT_HANDOVER_WINDOW`](crate::DEFAULT_HANDOVER_WINDOW). Together with
     /// [`handover_limit`](Self::handover_limit) it bounds how long waiters of other
     /// clients wait behind this client's tasks: with locks held for milliseconds the
     /// window ends a run after a few hand-overs; with locks held for microseconds the
     /// count does.
+    ///
+    /// "Anyone else" is another client of this crate in the lock's line, or a second
+    /// subscriber of the lock's channel (a waiting Redisson thread is subscribed): the
+    /// unlock script counts them (`PUBSUB NUMSUB`), and when there is nobody the run
+    /// goes on, since a published release would only wake this client's own waiters.
+    /// On a cluster without sharded pub/sub, where a script sees the subscribers of its
+    /// own node only, every run ends with its window. The limit ends a run whoever
+    /// waits.
     pub fn handover_window(mut self, window: Duration) -> Self {
         self.config.handover_window = window;
         self

@@ -665,6 +665,7 @@ async fn tasks_of_a_lone_client_trade_the_lock_past_the_window_without_publishin
     common::join_all(tasks).await;
     // Well under the 256 in a row; with a 2 ms hold, each 5 ms window spans 2 or 3 of
     // them, and each window that ended a run would publish.
+    eprintln!("{published} releases published in {traded} grants");
     assert!(traded >= 40, "only {traded} grants in 400 ms");
     assert!(
         published <= 2,
@@ -750,6 +751,7 @@ async fn a_redisson_waiter_gets_in_while_a_clients_tasks_trade_the_lock() {
     stop.store(true, Ordering::SeqCst);
     common::join_all(tasks).await;
     let waited = waited.expect("the Redisson waiter starved for 10 s");
+    eprintln!("the Redisson waiter got in after {waited:?}");
     assert!(
         waited < Duration::from_secs(2),
         "the Redisson waiter waited {waited:?}"
