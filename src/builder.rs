@@ -106,9 +106,11 @@ impl ClientBuilder {
     /// subscriber of the lock's channel (a waiting Redisson thread is subscribed): the
     /// unlock script counts them (`PUBSUB NUMSUB`), and when there is nobody the run
     /// goes on, since a published release would only wake this client's own waiters.
-    /// On a cluster without sharded pub/sub, where a script sees the subscribers of its
-    /// own node only, every run ends with its window. The limit ends a run whoever
-    /// waits.
+    /// Under [`ReplicaSync::Wait`] (where a Redisson client may subscribe at a replica,
+    /// which the count does not see) and on a cluster without sharded pub/sub (where a
+    /// script sees the subscribers of its own node only), every run ends with its window.
+    /// The limit ends a run whoever waits, so a waiter that is not subscribed (one that
+    /// polls with `try_lock`) gets its chance at least every `handover_limit` grants.
     pub fn handover_window(mut self, window: Duration) -> Self {
         self.config.handover_window = window;
         self

@@ -138,7 +138,7 @@ impl ClientBuilder {
             table.clone(),
             config.handover_limit,
             config.handover_window,
-            crate::services::counts_listeners(&conn),
+            crate::services::runs_past_window(&conn),
         ));
         // Direct grants heard on this client's own channels go to its waiters.
         let grants = crate::services::grants_directly(&config, &conn).then(|| {

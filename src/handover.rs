@@ -83,7 +83,7 @@ impl Handover {
     pub(crate) fn offer(&self, name: &str) -> Offer {
         let name: Arc<str> = name.into();
         self.table
-            .with_queue(&name, |q| self.pick(q))
+            .with_queue(&name, |q| self.pick(q, true))
             .unwrap_or(Offer::Publish)
     }
 
@@ -99,7 +99,9 @@ impl Handover {
     /// someone else may be waiting. Ending a streak costs a published release, a
     /// wake-up and a pause of this client's own acquires, which buy nothing when nobody
     /// else waits.
-    pub(crate) fn pick(&self, queue: &mut Queue) -> Option<Offer> {
+    /// `listening`: this client's own subscription to the lock's channel is confirmed,
+    /// so that the one subscriber the script allows is this client.
+    pub(crate) fn pick(&self, queue: &mut Queue, listening: bool) -> Option<Offer> {
         if self.limit == 0 || queue.sleeping.is_empty() {
             return None;
         }
@@ -107,16 +109,20 @@ impl Handover {
         let expired = queue
             .streak_began
             .is_some_and(|t| now.saturating_duration_since(t) >= self.window);
-        let mut terms = Terms::Outright;
-        if queue.streak >= self.limit || (queue.streak > 0 && expired) {
-            let asks = self.asks_at_end && queue.streak < self.limit;
+        let over = queue.streak > 0 && expired;
+        if queue.streak >= self.limit || (over && !(self.asks_at_end && listening)) {
             queue.streak = 0;
             queue.streak_began = None;
-            if !asks {
-                return Some(Offer::EndStreak);
-            }
-            terms = Terms::EndOfStreak;
+            return Some(Offer::EndStreak);
         }
+        // Past the window, Redis decides. The count goes on either way, so `limit` still
+        // ends the streak whoever waits: a waiter that the script cannot count (one that
+        // polls, or hears the channel at a replica) gets its chance then.
+        let mut terms = if over {
+            Terms::EndOfStreak
+        } else {
+            Terms::Outright
+        };
         // A ticket granted directly meanwhile is not offered.
         let ticket = loop {
             let (_, t) = queue.sleeping.pop_first()?;
@@ -124,7 +130,7 @@ impl Handover {
                 break t;
             }
         };
-        if queue.streak == 0 {
+        if queue.streak == 0 || terms == Terms::EndOfStreak {
             queue.streak_began = Some(now);
         }
         if terms == Terms::Outright && queue.streak >= GIVE_WAY_AFTER {
@@ -146,12 +152,18 @@ impl Handover {
         });
     }
 
-    /// A release gave way to another client: the next run of hand-overs starts afresh.
+    /// A release gave way to another client, or an offer made past the window was
+    /// published: the next run of hand-overs starts afresh.
     pub(crate) fn gave_way(&self, name: &Arc<str>) {
         self.table.with_queue(name, |q| {
             q.streak = 0;
             q.streak_began = None;
         });
+    }
+
+    /// Whether a streak past its window may go on when Redis finds nobody else waiting.
+    pub(crate) fn asks_at_end(&self) -> bool {
+        self.asks_at_end
     }
 
     /// Holds back this client's new acquires of `name` for `period` (see `yield_until`).

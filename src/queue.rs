@@ -160,7 +160,8 @@ pub(crate) struct Queue {
     pub(crate) sleeping: BTreeMap<u64, Arc<Ticket>>,
     /// Hand-overs in a row on this name since the last published release.
     pub(crate) streak: u32,
-    /// When the first of them was made.
+    /// When the streak's window began: at its first hand-over, and again at each one
+    /// that Redis made past the window because nobody else waited.
     pub(crate) streak_began: Option<Instant>,
     /// After this client ended a streak with a published release: until then its own
     /// new acquires of the name hold back, so that the waiters the message wakes, here

@@ -125,10 +125,13 @@ async fn release_hold_as(
         && inner.hands_over()
         && !inner.closed.is_set()
         && hold.kind == Kind::Plain;
+    // Read before the table's section: the hub's lock is not taken inside it.
+    let listening =
+        may_offer && inner.handover.asks_at_end() && inner.pubsub.is_ready(&hold.channel);
     let (_in_flight, plan) = inner
         .table
         .begin_release(&hold.name, &hold.field, may_offer, |q| {
-            inner.handover.pick(q)
+            inner.handover.pick(q, listening)
         });
     match plan.unwrap_or(Offer::Publish) {
         Offer::To(ticket, terms) => {
@@ -241,6 +244,10 @@ async fn send_release(
             Ok(_) => o.withdraw(false),
             // Maybe it ran: the waiter adopts what it may have been given.
             Err(_) => o.withdraw(true),
+        }
+        if terms == Terms::EndOfStreak && !matches!(outcome, Ok(Release::HandedOver { .. })) {
+            // Redis published (or nothing was released): the streak is over.
+            inner.handover.gave_way(&hold.name);
         }
     }
     match outcome {

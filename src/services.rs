@@ -33,6 +33,15 @@ pub(crate) fn counts_listeners(conn: &Conn) -> bool {
     !conn.is_cluster() || conn.publish_command() == "spublish"
 }
 
+/// Whether a run of hand-overs past its window may go on when the unlock script finds
+/// nobody else waiting (`docs/protocol.md` 2.2): where it can count the lock's
+/// subscribers, and not where replicas are synced with (Sentinel and Cluster by
+/// default), since a Redisson client may subscribe at a replica, where the master's
+/// count does not see it.
+pub(crate) fn runs_past_window(conn: &Conn) -> bool {
+    matches!(conn.sync(), ReplicaSync::Off) && counts_listeners(conn)
+}
+
 /// One client's shared services.
 pub(crate) struct ClientInner {
     pub(crate) id: String,

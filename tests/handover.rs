@@ -664,14 +664,50 @@ async fn tasks_of_a_lone_client_trade_the_lock_past_the_window_without_publishin
     stop.store(true, Ordering::SeqCst);
     common::join_all(tasks).await;
     // Well under the 256 in a row; with a 2 ms hold, each 5 ms window spans 2 or 3 of
-    // them, and each window that ended a run would publish.
-    eprintln!("{published} releases published in {traded} grants");
+    // them, and each window that ended a run would publish (a `0` on the lock's channel,
+    // and the turn's name on the turns channel). A few may still publish: a task that
+    // stalls before it parks is not there to be handed the lock.
+    eprintln!("{published} messages published in {traded} grants");
     assert!(traded >= 40, "only {traded} grants in 400 ms");
     assert!(
-        published <= 2,
-        "{published} releases published in {traded} grants with nobody else waiting"
+        published <= 10,
+        "{published} messages published in {traded} grants with nobody else waiting"
     );
     assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-alone"]), 0);
+}
+
+/// Redisson's acquire script: takes a free lock (or re-enters) for `ARGV[2]`, else
+/// answers the holder's TTL.
+const REDISSON_ACQUIRE: &str = "if redis.call('exists', KEYS[1]) == 0 or \
+    redis.call('hexists', KEYS[1], ARGV[2]) == 1 then \
+    redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+    redis.call('pexpire', KEYS[1], ARGV[1]); return nil end; \
+    return redis.call('pttl', KEYS[1])";
+
+/// One Redisson acquire of `name` for a Java thread's field; `Some(ttl)` when busy.
+fn redisson_try(cmds: &mut redis::Connection, name: &str) -> Option<i64> {
+    redis::cmd("EVAL")
+        .arg(REDISSON_ACQUIRE)
+        .arg(1)
+        .arg(name)
+        .arg(30_000)
+        .arg("0b5c1d2e-3f40-4a5b-8c6d-7e8f90a1b2c3:1")
+        .query(cmds)
+        .unwrap()
+}
+
+/// Redisson's unlock of a hold taken by [`redisson_try`]: `DEL`, then `PUBLISH 0`.
+fn redisson_unlock(cmds: &mut redis::Connection, name: &str) {
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg(name)
+        .ignore()
+        .cmd("PUBLISH")
+        .arg(redis_rlock::protocol::channel_name(name))
+        .arg("0")
+        .ignore()
+        .query(cmds)
+        .unwrap();
 }
 
 /// A waiter as Redisson's `lock()` waits: subscribed to the lock's channel, it tries
@@ -679,40 +715,17 @@ async fn tasks_of_a_lone_client_trade_the_lock_past_the_window_without_publishin
 /// holder's TTL) and tries again. Returns how long it waited, after giving the lock back
 /// as Redisson does (`DEL`, `PUBLISH 0`); `None` if it did not get it by `limit`.
 fn redisson_waiter(url: String, name: String, limit: Duration) -> Option<Duration> {
-    const ACQUIRE: &str = "if redis.call('exists', KEYS[1]) == 0 or \
-        redis.call('hexists', KEYS[1], ARGV[2]) == 1 then \
-        redis.call('hincrby', KEYS[1], ARGV[2], 1); \
-        redis.call('pexpire', KEYS[1], ARGV[1]); return nil end; \
-        return redis.call('pttl', KEYS[1])";
     let client = redis::Client::open(url).unwrap();
     let mut cmds = client.get_connection().unwrap();
     let mut subscriber = client.get_connection().unwrap();
     let channel = redis_rlock::protocol::channel_name(&name);
     let mut pubsub = subscriber.as_pubsub();
     pubsub.subscribe(&channel).unwrap();
-    let field = "0b5c1d2e-3f40-4a5b-8c6d-7e8f90a1b2c3:1";
     let began = Instant::now();
     while began.elapsed() < limit {
-        let ttl: Option<i64> = redis::cmd("EVAL")
-            .arg(ACQUIRE)
-            .arg(1)
-            .arg(&name)
-            .arg(30_000)
-            .arg(field)
-            .query(&mut cmds)
-            .unwrap();
-        let Some(ttl) = ttl else {
+        let Some(ttl) = redisson_try(&mut cmds, &name) else {
             let waited = began.elapsed();
-            let _: () = redis::pipe()
-                .cmd("DEL")
-                .arg(&name)
-                .ignore()
-                .cmd("PUBLISH")
-                .arg(&channel)
-                .arg("0")
-                .ignore()
-                .query(&mut cmds)
-                .unwrap();
+            redisson_unlock(&mut cmds, &name);
             return Some(waited);
         };
         let wait = Duration::from_millis(ttl.clamp(1, 1000) as u64);
@@ -758,4 +771,47 @@ async fn a_redisson_waiter_gets_in_while_a_clients_tasks_trade_the_lock() {
     );
     assert!(traded > 20);
     assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-java"]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poller_the_script_cannot_count_gets_in_at_the_hand_over_limit() {
+    let s = RedisServer::start();
+    let c = Client::builder(s.url())
+        .handover_limit(32)
+        .build()
+        .await
+        .unwrap();
+    let (stop, rounds) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+    );
+    let tasks = traders(&c, "ho-poll", 3, Duration::from_millis(1), &stop, &rounds);
+    assert!(
+        eventually(Duration::from_secs(5), || rounds.load(Ordering::SeqCst)
+            > 20)
+        .await
+    );
+    let url = s.url();
+    // Redisson's `tryLock()` in a loop: no subscription, so nothing for the script to
+    // count; only the published release at the end of each run of 32 lets it in.
+    let waited = tokio::task::spawn_blocking(move || {
+        let mut cmds = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_secs(10) {
+            if redisson_try(&mut cmds, "ho-poll").is_none() {
+                let waited = began.elapsed();
+                redisson_unlock(&mut cmds, "ho-poll");
+                return Some(waited);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        None
+    })
+    .await
+    .unwrap();
+    stop.store(true, Ordering::SeqCst);
+    common::join_all(tasks).await;
+    let waited = waited.expect("the poller never got the lock in 10 s");
+    eprintln!("the poller got in after {waited:?}");
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-poll"]), 0);
 }

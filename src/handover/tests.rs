@@ -219,12 +219,12 @@ async fn holding_back_lasts_its_period() {
 }
 
 #[tokio::test]
-async fn a_streak_past_its_window_asks_redis_and_only_the_limit_ends_it_outright() {
-    let table = Arc::new(Table::new(
-        Duration::from_secs(30),
-        Duration::from_millis(20),
-    ));
-    let h = Arc::new(Handover::new(table, 4, Duration::from_millis(20), true));
+async fn a_streak_past_its_window_asks_redis_and_its_count_still_ends_it() {
+    // Windows of 200 ms, so that only a stall that long between two offers could move
+    // an offer past one.
+    let window = Duration::from_millis(200);
+    let table = Arc::new(Table::new(Duration::from_secs(30), window));
+    let h = Arc::new(Handover::new(table, 4, window, true));
     let name: Arc<str> = "n".into();
     let ws: Vec<_> = (0..8)
         .map(|i| {
@@ -244,25 +244,50 @@ async fn a_streak_past_its_window_asks_redis_and_only_the_limit_ends_it_outright
         Offer::To(_, terms) => terms,
         _ => panic!("expected an offer"),
     };
+    let past = Duration::from_millis(300);
     assert_eq!(terms(h.offer("n")), Terms::Outright);
-    tokio::time::sleep(Duration::from_millis(40)).await;
+    tokio::time::sleep(past).await;
     // The window is over: the offer goes out, on terms that let Redis end the streak.
     assert_eq!(terms(h.offer("n")), Terms::EndOfStreak);
-    // Redis handed over: that offer began a new streak.
+    // Redis handed over: a new window, but the count goes on.
     assert_eq!(terms(h.offer("n")), Terms::Outright);
     assert_eq!(terms(h.offer("n")), Terms::Outright);
-    assert_eq!(terms(h.offer("n")), Terms::Outright);
-    // The fifth in a row reaches the limit of 4: published, whoever waits.
+    // Four in a row, the limit: published, whoever waits.
     assert!(matches!(h.offer("n"), Offer::EndStreak));
-    // Redis published instead: the withdrawn offer leaves no streak behind.
     assert_eq!(terms(h.offer("n")), Terms::Outright);
-    tokio::time::sleep(Duration::from_millis(40)).await;
-    let ended = h.offer("n");
-    assert_eq!(terms(ended), Terms::EndOfStreak);
-    h.withdraw(&name);
-    assert_eq!(
-        terms(h.offer("n")),
-        Terms::Outright,
-        "a new streak, not past its window"
-    );
+    tokio::time::sleep(past).await;
+    assert_eq!(terms(h.offer("n")), Terms::EndOfStreak);
+    // Redis published instead: the streak is over.
+    h.gave_way(&name);
+    assert_eq!(terms(h.offer("n")), Terms::Outright, "a new streak");
+}
+
+#[tokio::test]
+async fn a_streak_past_its_window_ends_outright_unless_the_client_listens() {
+    let window = Duration::from_millis(200);
+    let table = Arc::new(Table::new(Duration::from_secs(30), window));
+    let h = Arc::new(Handover::new(table.clone(), 100, window, true));
+    let name: Arc<str> = "n".into();
+    let ws: Vec<_> = (0..2)
+        .map(|i| {
+            h.waiter(
+                &name,
+                &format!("f{i}").into(),
+                Duration::from_secs(1),
+                false,
+                false,
+            )
+        })
+        .collect();
+    for w in &ws {
+        w.park(None);
+    }
+    assert!(matches!(h.offer("n"), Offer::To(_, Terms::Outright)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Not subscribed (yet, or any more): the script's one subscriber could be another
+    // client's waiter.
+    assert!(matches!(
+        table.with_queue(&name, |q| h.pick(q, false)),
+        Some(Offer::EndStreak)
+    ));
 }
