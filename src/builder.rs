@@ -109,8 +109,9 @@ impl ClientBuilder {
     /// Under [`ReplicaSync::Wait`] (where a Redisson client may subscribe at a replica,
     /// which the count does not see) and on a cluster without sharded pub/sub (where a
     /// script sees the subscribers of its own node only), every run ends with its window.
-    /// The limit ends a run whoever waits, so a waiter that is not subscribed (one that
-    /// polls with `try_lock`) gets its chance at least every `handover_limit` grants.
+    /// A run still ends whoever waits after `handover_limit` grants or 16 windows, so a
+    /// waiter that is not subscribed (Redisson's `RSpinLock`, a `try_lock` loop) gets its
+    /// chance at least that often.
     pub fn handover_window(mut self, window: Duration) -> Self {
         self.config.handover_window = window;
         self

@@ -48,6 +48,13 @@ pub const DEFAULT_HANDOVER_WINDOW: Duration = Duration::from_millis(5);
 /// inside one process, where they are cheap.
 pub(crate) const GIVE_WAY_AFTER: u32 = 4;
 
+/// How many windows a streak may last when the unlock script finds nobody else waiting
+/// at the end of each (`docs/protocol.md` 2.2): then it ends whoever waits, so that a
+/// waiter the script cannot count (Redisson's `RSpinLock`, a `tryLock()` loop) gets a
+/// chance at least this often (80 ms with the default window), and not only every
+/// `limit` grants, which with long holds is seconds.
+pub(crate) const RUN_WINDOWS: u32 = 16;
+
 /// The hand-over policy of one client, over the queues of its table.
 pub(crate) struct Handover {
     table: Arc<Table>,
@@ -106,18 +113,20 @@ impl Handover {
             return None;
         }
         let now = Instant::now();
-        let expired = queue
-            .streak_began
-            .is_some_and(|t| now.saturating_duration_since(t) >= self.window);
-        let over = queue.streak > 0 && expired;
-        if queue.streak >= self.limit || (over && !(self.asks_at_end && listening)) {
+        let since =
+            |t: Option<Instant>| t.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        let over = queue.streak > 0 && since(queue.window_began) >= self.window;
+        let capped = since(queue.streak_began) >= self.window.saturating_mul(RUN_WINDOWS);
+        if queue.streak >= self.limit || (over && (capped || !(self.asks_at_end && listening))) {
             queue.streak = 0;
             queue.streak_began = None;
+            queue.window_began = None;
             return Some(Offer::EndStreak);
         }
-        // Past the window, Redis decides. The count goes on either way, so `limit` still
-        // ends the streak whoever waits: a waiter that the script cannot count (one that
-        // polls, or hears the channel at a replica) gets its chance then.
+        // Past the window, Redis decides. The count and the first hand-over's time stay,
+        // so `limit` and `RUN_WINDOWS` still end the streak whoever waits: a waiter that
+        // the script cannot count (one that polls, or hears the channel at a replica)
+        // gets its chance then.
         let mut terms = if over {
             Terms::EndOfStreak
         } else {
@@ -130,8 +139,11 @@ impl Handover {
                 break t;
             }
         };
-        if queue.streak == 0 || terms == Terms::EndOfStreak {
+        if queue.streak == 0 {
             queue.streak_began = Some(now);
+        }
+        if queue.streak == 0 || terms == Terms::EndOfStreak {
+            queue.window_began = Some(now);
         }
         if terms == Terms::Outright && queue.streak >= GIVE_WAY_AFTER {
             terms = Terms::GiveWay;
@@ -148,6 +160,7 @@ impl Handover {
             q.streak = q.streak.saturating_sub(1);
             if q.streak == 0 {
                 q.streak_began = None;
+                q.window_began = None;
             }
         });
     }
@@ -158,6 +171,7 @@ impl Handover {
         self.table.with_queue(name, |q| {
             q.streak = 0;
             q.streak_began = None;
+            q.window_began = None;
         });
     }
 

@@ -160,9 +160,11 @@ pub(crate) struct Queue {
     pub(crate) sleeping: BTreeMap<u64, Arc<Ticket>>,
     /// Hand-overs in a row on this name since the last published release.
     pub(crate) streak: u32,
-    /// When the streak's window began: at its first hand-over, and again at each one
-    /// that Redis made past the window because nobody else waited.
+    /// When the streak's first hand-over was made.
     pub(crate) streak_began: Option<Instant>,
+    /// When its current window began: at its first hand-over, and again at each one
+    /// that Redis made past the window because nobody else waited.
+    pub(crate) window_began: Option<Instant>,
     /// After this client ended a streak with a published release: until then its own
     /// new acquires of the name hold back, so that the waiters the message wakes, here
     /// and in other clients, race on equal terms with the task that just released.
@@ -185,7 +187,7 @@ impl Queue {
         self.sleeping.is_empty()
             && self.named.is_empty()
             && self.yield_until.is_none_or(|u| u <= now())
-            && (self.streak == 0 || self.streak_began.is_none_or(|t| t + window <= now()))
+            && (self.streak == 0 || self.window_began.is_none_or(|t| t + window <= now()))
     }
 }
 

@@ -773,6 +773,27 @@ async fn a_redisson_waiter_gets_in_while_a_clients_tasks_trade_the_lock() {
     assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-java"]), 0);
 }
 
+/// How long a Redisson `tryLock()` loop (every 0.2 ms, no subscription: nothing for the
+/// unlock script to count) takes to get `name`, at most 10 s.
+async fn poll_like_a_spin_lock(s: &RedisServer, name: &'static str) -> Option<Duration> {
+    let url = s.url();
+    tokio::task::spawn_blocking(move || {
+        let mut cmds = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_secs(10) {
+            if redisson_try(&mut cmds, name).is_none() {
+                let waited = began.elapsed();
+                redisson_unlock(&mut cmds, name);
+                return Some(waited);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        None
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poller_the_script_cannot_count_gets_in_at_the_hand_over_limit() {
     let s = RedisServer::start();
@@ -791,27 +812,35 @@ async fn a_poller_the_script_cannot_count_gets_in_at_the_hand_over_limit() {
             > 20)
         .await
     );
-    let url = s.url();
-    // Redisson's `tryLock()` in a loop: no subscription, so nothing for the script to
-    // count; only the published release at the end of each run of 32 lets it in.
-    let waited = tokio::task::spawn_blocking(move || {
-        let mut cmds = redis::Client::open(url).unwrap().get_connection().unwrap();
-        let began = Instant::now();
-        while began.elapsed() < Duration::from_secs(10) {
-            if redisson_try(&mut cmds, "ho-poll").is_none() {
-                let waited = began.elapsed();
-                redisson_unlock(&mut cmds, "ho-poll");
-                return Some(waited);
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        None
-    })
-    .await
-    .unwrap();
+    // Only the published release at the end of each run of 32 lets it in.
+    let waited = poll_like_a_spin_lock(&s, "ho-poll").await;
     stop.store(true, Ordering::SeqCst);
     common::join_all(tasks).await;
     let waited = waited.expect("the poller never got the lock in 10 s");
     eprintln!("the poller got in after {waited:?}");
     assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-poll"]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poller_gets_in_within_a_few_runs_of_long_holds() {
+    let s = RedisServer::start();
+    // The defaults: a run that nobody else is seen waiting on still ends after 16
+    // windows (80 ms); 256 hand-overs of 10 ms holds would take 2.5 s or more.
+    let c = Client::connect(&s.url()).await.unwrap();
+    let (stop, rounds) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+    );
+    let tasks = traders(&c, "ho-spin", 3, Duration::from_millis(10), &stop, &rounds);
+    assert!(eventually(Duration::from_secs(5), || rounds.load(Ordering::SeqCst) > 5).await);
+    let waited = poll_like_a_spin_lock(&s, "ho-spin").await;
+    stop.store(true, Ordering::SeqCst);
+    common::join_all(tasks).await;
+    let waited = waited.expect("the poller never got the lock in 10 s");
+    eprintln!("the poller got in after {waited:?}");
+    assert!(
+        waited < Duration::from_secs(2),
+        "the poller waited {waited:?}"
+    );
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-spin"]), 0);
 }

@@ -291,3 +291,42 @@ async fn a_streak_past_its_window_ends_outright_unless_the_client_listens() {
         Some(Offer::EndStreak)
     ));
 }
+
+#[tokio::test]
+async fn a_streak_that_redis_lets_go_on_still_ends_after_its_windows() {
+    let window = Duration::from_millis(50);
+    let table = Arc::new(Table::new(Duration::from_secs(30), window));
+    let h = Arc::new(Handover::new(table, 10_000, window, true));
+    let name: Arc<str> = "n".into();
+    let ws: Vec<_> = (0..40)
+        .map(|i| {
+            h.waiter(
+                &name,
+                &format!("f{i}").into(),
+                Duration::from_secs(1),
+                false,
+                false,
+            )
+        })
+        .collect();
+    for w in &ws {
+        w.park(None);
+    }
+    let began = Instant::now();
+    assert!(matches!(h.offer("n"), Offer::To(_, Terms::Outright)));
+    // Each window ends with an offer on which Redis hands over (nobody else waits) ...
+    let ended = loop {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        match h.offer("n") {
+            Offer::To(_, Terms::EndOfStreak) => {}
+            Offer::EndStreak => break began.elapsed(),
+            _ => panic!("neither asked nor ended"),
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the streak never ended"
+        );
+    };
+    // ... until RUN_WINDOWS of them have passed: then it ends, whoever waits.
+    assert!(ended >= window * RUN_WINDOWS, "ended after {ended:?}");
+}

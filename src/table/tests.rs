@@ -106,6 +106,7 @@ async fn an_emptied_entry_reused_for_another_name_carries_nothing_over() {
     t.with_queue(&a, |q| {
         q.streak = 3;
         q.streak_began = Some(Instant::now() - Duration::from_secs(1));
+        q.window_began = q.streak_began;
         q.holder_until = Some(Instant::now() + Duration::from_secs(9));
     });
     assert!(matches!(
@@ -121,7 +122,8 @@ async fn an_emptied_entry_reused_for_another_name_carries_nothing_over() {
     assert_eq!(t.spare(), 1, "the spare entry went back after use");
     t.with_queue(&b, |q| {
         assert!(q.named.is_empty() && q.sleeping.is_empty());
-        assert!(q.streak == 0 && q.streak_began.is_none() && q.holder_until.is_none());
+        assert!(q.streak == 0 && q.streak_began.is_none() && q.window_began.is_none());
+        assert!(q.holder_until.is_none());
     });
     assert_eq!(t.len(), 0);
     // A name that took many fields gives its memory back rather than keeping it.
