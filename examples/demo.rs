@@ -73,13 +73,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     guard.unlock().await?;
+    println!(
+        "   renewals sent by the watchdog: {}",
+        short.stats().renewals
+    );
+    // Gives back whatever the client still holds and stops its background tasks.
+    short.shutdown().await?;
 
     // 4. Mutual exclusion: 2 clients x 8 tasks x 25 non-atomic increments.
     let raw = redis::Client::open(url.as_str())?;
     let counter = name("counter");
     let mut tasks = Vec::new();
+    let mut clients = Vec::new();
     for _ in 0..2 {
         let c = Client::connect(&url).await?;
+        clients.push(c.clone());
         for _ in 0..8 {
             let lock = c.lock(name("counter-lock"));
             let raw = raw.clone();
@@ -108,6 +116,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for t in tasks {
         t.await?.map_err(|e| e.to_string())?;
     }
+    for c in clients {
+        c.shutdown().await?;
+    }
     let mut conn = raw.get_multiplexed_async_connection().await?;
     let total: i64 = redis::cmd("GET")
         .arg(&counter)
@@ -128,8 +139,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // whichever `metrics` recorder the program installs).
     let st = client.stats();
     println!(
-        "5. stats: {} acquisitions, {} busy replies, {} hand-overs, {} wake-ups, {} renewals, {} lost",
-        st.acquisitions, st.busy, st.handovers, st.wakeups, st.renewals, st.leases_lost
+        "5. stats of the first client (steps 1 and 2): {} acquisitions, {} busy replies, {} hand-overs, {} wake-ups, {} lost",
+        st.acquisitions, st.busy, st.handovers, st.wakeups, st.leases_lost
     );
+    client.shutdown().await?;
     Ok(())
 }
