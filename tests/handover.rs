@@ -615,33 +615,58 @@ fn retried_grants_of_the_other_kinds_replay_with_a_write() {
     assert_eq!(s.cmd::<i64>(&["GET", "sem-lua"]), 3, "permits taken twice");
 }
 
-/// `tasks` tasks of `c` taking `name` in turn, each holding it `hold`, until `stop` is set
-/// (bounded: 20,000 rounds or 20 s); counts the rounds.
-fn traders(
-    c: &Client,
-    name: &str,
-    tasks: usize,
-    hold: Duration,
-    stop: &Arc<AtomicBool>,
-    rounds: &Arc<AtomicU32>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..tasks)
-        .map(|_| {
-            let (lock, stop, rounds) = (c.lock(name), stop.clone(), rounds.clone());
-            tokio::spawn(async move {
-                let began = Instant::now();
-                for _ in 0..20_000 {
-                    if stop.load(Ordering::SeqCst) || began.elapsed() > Duration::from_secs(20) {
-                        break;
+/// Three tasks of one client taking a lock in turn, each holding it for a fixed time
+/// (bounded: 20,000 rounds or 20 s each).
+struct Trading {
+    stop: Arc<AtomicBool>,
+    rounds: Arc<AtomicU32>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Trading {
+    /// Starts them on `name`, and returns once they have traded it `warm` times.
+    async fn start(c: &Client, name: &str, hold: Duration, warm: u32) -> Trading {
+        let (stop, rounds) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU32::new(0)),
+        );
+        let tasks = (0..3)
+            .map(|_| {
+                let (lock, stop, rounds) = (c.lock(name), stop.clone(), rounds.clone());
+                tokio::spawn(async move {
+                    let began = Instant::now();
+                    for _ in 0..20_000 {
+                        if stop.load(Ordering::SeqCst) || began.elapsed() > Duration::from_secs(20)
+                        {
+                            break;
+                        }
+                        let g = lock.lock().await.unwrap();
+                        rounds.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(hold).await;
+                        g.unlock().await.unwrap();
                     }
-                    let g = lock.lock().await.unwrap();
-                    rounds.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(hold).await;
-                    g.unlock().await.unwrap();
-                }
+                })
             })
-        })
-        .collect()
+            .collect();
+        let trading = Trading {
+            stop,
+            rounds,
+            tasks,
+        };
+        assert!(eventually(Duration::from_secs(5), || trading.rounds() > warm).await);
+        trading
+    }
+
+    fn rounds(&self) -> u32 {
+        self.rounds.load(Ordering::SeqCst)
+    }
+
+    /// Stops them; how many times they took the lock in all.
+    async fn stop(self) -> u32 {
+        self.stop.store(true, Ordering::SeqCst);
+        common::join_all(self.tasks).await;
+        self.rounds.load(Ordering::SeqCst)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -649,20 +674,11 @@ async fn tasks_of_a_lone_client_trade_the_lock_past_the_window_without_publishin
     let s = RedisServer::start();
     // The defaults: a 5 ms window, 256 hand-overs at most in a row.
     let c = Client::connect(&s.url()).await.unwrap();
-    let (stop, rounds) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU32::new(0)),
-    );
-    let tasks = traders(&c, "ho-alone", 3, Duration::from_millis(2), &stop, &rounds);
-    assert!(eventually(Duration::from_secs(5), || rounds.load(Ordering::SeqCst) > 5).await);
-    let (published, from) = (s.calls("publish"), rounds.load(Ordering::SeqCst));
+    let trading = Trading::start(&c, "ho-alone", Duration::from_millis(2), 5).await;
+    let (published, from) = (s.calls("publish"), trading.rounds());
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let (published, traded) = (
-        s.calls("publish") - published,
-        rounds.load(Ordering::SeqCst) - from,
-    );
-    stop.store(true, Ordering::SeqCst);
-    common::join_all(tasks).await;
+    let (published, traded) = (s.calls("publish") - published, trading.rounds() - from);
+    trading.stop().await;
     // Well under the 256 in a row; with a 2 ms hold, each 5 ms window spans 2 or 3 of
     // them, and each window that ended a run would publish (a `0` on the lock's channel,
     // and the turn's name on the turns channel). A few may still publish: a task that
@@ -744,25 +760,14 @@ async fn a_redisson_waiter_gets_in_while_a_clients_tasks_trade_the_lock() {
         .build()
         .await
         .unwrap();
-    let (stop, rounds) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU32::new(0)),
-    );
-    let tasks = traders(&c, "ho-java", 3, Duration::from_millis(1), &stop, &rounds);
-    assert!(
-        eventually(Duration::from_secs(5), || rounds.load(Ordering::SeqCst)
-            > 20)
-        .await
-    );
+    let trading = Trading::start(&c, "ho-java", Duration::from_millis(1), 20).await;
     let url = s.url();
     let waited = tokio::task::spawn_blocking(move || {
         redisson_waiter(url, "ho-java".into(), Duration::from_secs(10))
     })
     .await
     .unwrap();
-    let traded = rounds.load(Ordering::SeqCst);
-    stop.store(true, Ordering::SeqCst);
-    common::join_all(tasks).await;
+    let traded = trading.stop().await;
     let waited = waited.expect("the Redisson waiter starved for 10 s");
     eprintln!("the Redisson waiter got in after {waited:?}");
     assert!(
@@ -802,20 +807,10 @@ async fn a_poller_the_script_cannot_count_gets_in_at_the_hand_over_limit() {
         .build()
         .await
         .unwrap();
-    let (stop, rounds) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU32::new(0)),
-    );
-    let tasks = traders(&c, "ho-poll", 3, Duration::from_millis(1), &stop, &rounds);
-    assert!(
-        eventually(Duration::from_secs(5), || rounds.load(Ordering::SeqCst)
-            > 20)
-        .await
-    );
+    let trading = Trading::start(&c, "ho-poll", Duration::from_millis(1), 20).await;
     // Only the published release at the end of each run of 32 lets it in.
     let waited = poll_like_a_spin_lock(&s, "ho-poll").await;
-    stop.store(true, Ordering::SeqCst);
-    common::join_all(tasks).await;
+    trading.stop().await;
     let waited = waited.expect("the poller never got the lock in 10 s");
     eprintln!("the poller got in after {waited:?}");
     assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-poll"]), 0);
@@ -827,15 +822,9 @@ async fn a_poller_gets_in_within_a_few_runs_of_long_holds() {
     // The defaults: a run that nobody else is seen waiting on still ends after 16
     // windows (80 ms); 256 hand-overs of 10 ms holds would take 2.5 s or more.
     let c = Client::connect(&s.url()).await.unwrap();
-    let (stop, rounds) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU32::new(0)),
-    );
-    let tasks = traders(&c, "ho-spin", 3, Duration::from_millis(10), &stop, &rounds);
-    assert!(eventually(Duration::from_secs(5), || rounds.load(Ordering::SeqCst) > 5).await);
+    let trading = Trading::start(&c, "ho-spin", Duration::from_millis(10), 5).await;
     let waited = poll_like_a_spin_lock(&s, "ho-spin").await;
-    stop.store(true, Ordering::SeqCst);
-    common::join_all(tasks).await;
+    trading.stop().await;
     let waited = waited.expect("the poller never got the lock in 10 s");
     eprintln!("the poller got in after {waited:?}");
     assert!(

@@ -27,21 +27,43 @@ fn grant(token: u64) -> Grant {
     }
 }
 
-#[tokio::test]
-async fn offers_oldest_first_and_bounds_the_streak() {
-    let h = hub(2);
-    let name: Arc<str> = "n".into();
-    let ws: Vec<Waiter> = (0..3)
+/// `n` waiters of `name`, fields `f0`, `f1`, ..., in first-wait order, not parked yet.
+fn waiters(h: &Arc<Handover>, name: &Arc<str>, n: usize) -> Vec<Waiter> {
+    (0..n)
         .map(|i| {
             h.waiter(
-                &name,
+                name,
                 &format!("f{i}").into(),
                 Duration::from_secs(1),
                 false,
                 false,
             )
         })
-        .collect();
+        .collect()
+}
+
+/// `n` waiters of `name`, parked in first-wait order.
+fn parked(h: &Arc<Handover>, name: &Arc<str>, n: usize) -> Vec<Waiter> {
+    let ws = waiters(h, name, n);
+    for w in &ws {
+        w.park(None);
+    }
+    ws
+}
+
+/// The terms of an offer; panics on anything else.
+fn terms(o: Offer) -> Terms {
+    match o {
+        Offer::To(_, terms) => terms,
+        _ => panic!("expected an offer"),
+    }
+}
+
+#[tokio::test]
+async fn offers_oldest_first_and_bounds_the_streak() {
+    let h = hub(2);
+    let name: Arc<str> = "n".into();
+    let ws = waiters(&h, &name, 3);
     // Parked in reverse order; first-wait order still wins.
     for w in ws.iter().rev() {
         w.park(None);
@@ -184,20 +206,7 @@ async fn newcomers_queue_behind_sleepers_while_the_lease_is_known() {
 async fn a_streak_ends_when_its_window_has_passed() {
     let h = hub_with(100, Duration::from_millis(30));
     let name: Arc<str> = "n".into();
-    let ws: Vec<Waiter> = (0..3)
-        .map(|i| {
-            h.waiter(
-                &name,
-                &format!("f{i}").into(),
-                Duration::from_secs(1),
-                false,
-                false,
-            )
-        })
-        .collect();
-    for w in &ws {
-        w.park(None);
-    }
+    let _ws = parked(&h, &name, 3);
     assert_eq!(&*to(h.offer("n")).field, "f0");
     assert_eq!(&*to(h.offer("n")).field, "f1");
     tokio::time::sleep(Duration::from_millis(40)).await;
@@ -226,24 +235,7 @@ async fn a_streak_past_its_window_asks_redis_and_its_count_still_ends_it() {
     let table = Arc::new(Table::new(Duration::from_secs(30), window));
     let h = Arc::new(Handover::new(table, 4, window, true));
     let name: Arc<str> = "n".into();
-    let ws: Vec<_> = (0..8)
-        .map(|i| {
-            h.waiter(
-                &name,
-                &format!("f{i}").into(),
-                Duration::from_secs(1),
-                false,
-                false,
-            )
-        })
-        .collect();
-    for w in &ws {
-        w.park(None);
-    }
-    let terms = |o: Offer| match o {
-        Offer::To(_, terms) => terms,
-        _ => panic!("expected an offer"),
-    };
+    let _ws = parked(&h, &name, 8);
     let past = Duration::from_millis(300);
     assert_eq!(terms(h.offer("n")), Terms::Outright);
     tokio::time::sleep(past).await;
@@ -268,20 +260,7 @@ async fn a_streak_past_its_window_ends_outright_unless_the_client_listens() {
     let table = Arc::new(Table::new(Duration::from_secs(30), window));
     let h = Arc::new(Handover::new(table.clone(), 100, window, true));
     let name: Arc<str> = "n".into();
-    let ws: Vec<_> = (0..2)
-        .map(|i| {
-            h.waiter(
-                &name,
-                &format!("f{i}").into(),
-                Duration::from_secs(1),
-                false,
-                false,
-            )
-        })
-        .collect();
-    for w in &ws {
-        w.park(None);
-    }
+    let _ws = parked(&h, &name, 2);
     assert!(matches!(h.offer("n"), Offer::To(_, Terms::Outright)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Not subscribed (yet, or any more): the script's one subscriber could be another
@@ -298,20 +277,7 @@ async fn a_streak_that_redis_lets_go_on_still_ends_after_its_windows() {
     let table = Arc::new(Table::new(Duration::from_secs(30), window));
     let h = Arc::new(Handover::new(table, 10_000, window, true));
     let name: Arc<str> = "n".into();
-    let ws: Vec<_> = (0..40)
-        .map(|i| {
-            h.waiter(
-                &name,
-                &format!("f{i}").into(),
-                Duration::from_secs(1),
-                false,
-                false,
-            )
-        })
-        .collect();
-    for w in &ws {
-        w.park(None);
-    }
+    let _ws = parked(&h, &name, 40);
     let began = Instant::now();
     assert!(matches!(h.offer("n"), Offer::To(_, Terms::Outright)));
     // Each window ends with an offer on which Redis hands over (nobody else waits) ...
