@@ -106,6 +106,7 @@ impl Handover {
     /// someone else may be waiting. Ending a streak costs a published release, a
     /// wake-up and a pause of this client's own acquires, which buy nothing when nobody
     /// else waits.
+    ///
     /// `listening`: this client's own subscription to the lock's channel is confirmed,
     /// so that the one subscriber the script allows is this client.
     pub(crate) fn pick(&self, queue: &mut Queue, listening: bool) -> Option<Offer> {
