@@ -232,6 +232,7 @@ impl Handover {
             changed: Notify::new(),
             naming: Mutex::new(None),
             pending: Mutex::new(None),
+            left_named: Mutex::new(None),
         });
         if direct {
             self.table.with_queue(name, |q| {
@@ -377,6 +378,7 @@ impl Waiter {
             changed: Notify::new(),
             naming: Mutex::new(*self.ticket.naming.lock()),
             pending: Mutex::new(None),
+            left_named: Mutex::new(None),
         });
         if self.direct {
             self.hub.table.with_queue(&self.name, |q| {
@@ -417,6 +419,23 @@ impl Waiter {
     /// if one was made: no grant heard from now on is another hold.
     pub(crate) fn took(&self) {
         self.unname();
+    }
+
+    /// [`leave`](Self::leave) for a waiter that may be named to take a direct grant
+    /// (`docs/protocol.md` 2.7), with `in_flight`, its field's in-flight guard. If an
+    /// unlock of this client is offering it the lock, that unlock may not hold the lock
+    /// at all (a hold given back in the background), so another client's unlock may
+    /// grant the waiter directly meanwhile: the guard then stays with the ticket, and
+    /// the unlocking side withdraws the naming and gives back such a grant before
+    /// later requests of the field go out ([`Left::Offered`]). Otherwise the guard is
+    /// dropped.
+    pub(crate) fn leave_named(&self, in_flight: Box<dyn Send + Sync>) -> Left {
+        *self.ticket.left_named.lock() = Some(in_flight);
+        let left = self.leave();
+        if !matches!(left, Left::Offered) {
+            self.ticket.left_named.lock().take();
+        }
+        left
     }
 
     /// Leaves for good. Returns a grant that arrived and was never taken: the caller

@@ -441,7 +441,7 @@ impl HubShared {
         };
         let names: Vec<Arc<str>> = entry.names.lock().keys().cloned().collect();
         let taken = names.iter().any(|name| sink(name, field, waiter, token));
-        tracing::debug!(%field, token, taken, "direct grant heard");
+        tracing::debug!(%field, token, waiter, taken, "direct grant heard");
     }
 
     /// Every entry loses its confirmed subscription; waiters retry now rather than

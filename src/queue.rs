@@ -72,6 +72,11 @@ pub(crate) struct Ticket {
     /// A direct grant that came while an offer of this client was in flight: it takes
     /// the place of the offer's outcome unless the offer handed the lock over.
     pub(crate) pending: Mutex<Option<Grant>>,
+    /// A named waiter that left while an unlock of its client offered it the lock: its
+    /// field's in-flight guard (the table's), which the unlocking side drops once it
+    /// has settled what the waiter left in Redis (see `Waiter::leave_offered`). Boxed
+    /// as any value: the guard is only kept alive.
+    pub(crate) left_named: Mutex<Option<Box<dyn Send + Sync>>>,
 }
 
 impl Ticket {
@@ -124,26 +129,29 @@ impl Ticket {
     }
 
     /// The unlock did not hand over (holds remained, or nothing was held): the waiter
-    /// goes back to acquiring on its own.
-    pub(crate) fn revert(&self) {
-        self.settle(State::Free);
+    /// goes back to acquiring on its own. `false` if the waiter has left.
+    pub(crate) fn revert(&self) -> bool {
+        self.settle(State::Free)
     }
 
-    /// The unlock gave way to another client's turn (see [`State::Passed`]).
-    pub(crate) fn pass(&self) {
-        self.settle(State::Passed);
+    /// The unlock gave way to another client's turn (see [`State::Passed`]). `false` if
+    /// the waiter has left.
+    pub(crate) fn pass(&self) -> bool {
+        self.settle(State::Passed)
     }
 
     /// The unlock failed, and may have handed over before it did (see `State::Unsure`).
-    /// A waiter that has left by now may hold a lock it never learns of: that hold ends
-    /// with its lease.
-    pub(crate) fn unsure(&self) {
-        self.settle(State::Unsure);
+    /// `false` if the waiter has left: a hand-over it never learns of ends with its
+    /// lease.
+    pub(crate) fn unsure(&self) -> bool {
+        self.settle(State::Unsure)
     }
 
-    fn settle(&self, to: State) {
+    /// Settles an offer still in flight; `false` if the waiter left while it was.
+    fn settle(&self, to: State) -> bool {
         let mut s = self.state.lock();
-        if *s == State::Offered {
+        let found = *s;
+        if found == State::Offered {
             *s = match self.pending.lock().take() {
                 Some(grant) => State::Granted(grant),
                 None => to,
@@ -151,6 +159,7 @@ impl Ticket {
         }
         drop(s);
         self.changed.notify_one();
+        found != State::Gone
     }
 }
 

@@ -46,14 +46,15 @@ struct Offered {
 }
 
 impl Offered {
-    /// The release did not hand over; it does not count toward the run either.
-    fn withdraw(&mut self, unsure: bool) {
+    /// The release did not hand over; it does not count toward the run either. `false`
+    /// if the waiter has left.
+    fn withdraw(&mut self, unsure: bool) -> bool {
         self.settled = true;
         self.inner.handover.withdraw(&self.name);
         if unsure {
-            self.ticket.unsure();
+            self.ticket.unsure()
         } else {
-            self.ticket.revert();
+            self.ticket.revert()
         }
     }
 }
@@ -61,16 +62,16 @@ impl Offered {
 impl Offered {
     /// The release gave way to another client's turn: nothing was handed over, and the
     /// waiter goes back to sleep without asking Redis (it would only hear "not your turn").
-    fn pass(&mut self) {
+    fn pass(&mut self) -> bool {
         self.settled = true;
-        self.ticket.pass();
+        self.ticket.pass()
     }
 }
 
 impl Drop for Offered {
     fn drop(&mut self) {
         if !self.settled {
-            self.withdraw(false);
+            let _ = self.withdraw(false);
         }
     }
 }
@@ -217,15 +218,17 @@ async fn send_release(
         inner.handover.hold_back(&hold.name, period);
     }
     if let Some(mut o) = offer.take() {
-        match &outcome {
+        let handed_over = matches!(outcome, Ok(Release::HandedOver { .. }));
+        let stayed = match &outcome {
             Ok(Release::HandedOver { token, unacked }) => {
                 o.settled = true;
-                if !o.ticket.deliver(Grant {
+                let delivered = o.ticket.deliver(Grant {
                     token: *token,
                     sent,
                     unacked: *unacked,
                     direct: false,
-                }) {
+                });
+                if !delivered {
                     // The waiter left meanwhile: the hold is ours to give back.
                     release_detached(
                         inner.clone(),
@@ -235,20 +238,40 @@ async fn send_release(
                         },
                     );
                 }
+                delivered
             }
             Ok(Release::GaveWay) => {
                 // The waiter sleeps on, in its place, until its client's turn comes.
-                o.pass();
+                let stayed = o.pass();
                 inner.handover.gave_way(&hold.name);
+                stayed
             }
             Ok(_) => o.withdraw(false),
             // Maybe it ran: the waiter adopts what it may have been given.
             Err(_) => o.withdraw(true),
-        }
-        if terms == Terms::EndOfStreak && !matches!(outcome, Ok(Release::HandedOver { .. })) {
+        };
+        if terms == Terms::EndOfStreak && !handed_over {
             // Redis published (or nothing was released): the streak is over.
             inner.handover.gave_way(&hold.name);
         }
+        // A named waiter that left while this offer was in flight (see
+        // `Waiter::leave_named`) may have been granted the lock directly by another
+        // client meanwhile: this release may not have held it (a hold given back in the
+        // background). Its naming goes, and such a grant is given back, before the
+        // field's later requests, which wait on the guard, go out.
+        let left_named = (!stayed)
+            .then(|| o.ticket.left_named.lock().take())
+            .flatten();
+        if left_named.is_some() && !handed_over {
+            release_named(
+                inner.clone(),
+                Hold {
+                    field: o.ticket.field.clone(),
+                    ..hold.clone()
+                },
+            );
+        }
+        drop(left_named);
     }
     match outcome {
         Ok(Release::GaveWay | Release::Passed) => Ok(Release::Released),

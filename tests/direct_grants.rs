@@ -238,6 +238,44 @@ async fn churn_keeps_exclusion_and_leaves_no_orphan_hold() {
     }
 }
 
+/// Clients of six tasks each, waits short enough to give up often: runs of hand-overs
+/// inside each client, which give way to other clients, while named waiters give up,
+/// some with an offer of their own client in flight (an offer that a release of a hold
+/// given back in the background makes, too). Never two holders, and at the end nothing
+/// holds the lock and nobody is named.
+#[tokio::test(flavor = "multi_thread")]
+async fn waiters_giving_up_around_a_hand_over_that_gave_way_leave_no_orphan_hold() {
+    common::init_tracing();
+    let s = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(client(&s).await);
+    }
+    let name = "dg:churn6";
+    let clients: Vec<&Client> = clients.iter().collect();
+    let (acquired, gave_up) = common::churn_tasks(&clients, 6, name, Duration::from_secs(3)).await;
+    let direct: u64 = clients.iter().map(|c| c.stats().direct_grants).sum();
+    println!("FIGURE churn of 3 x 6 tasks: {acquired} acquired, {gave_up} gave up, {direct} direct grants");
+    assert!(acquired > 100);
+    assert!(gave_up > 0, "no waiter gave up");
+    assert!(direct > 0, "no direct grant");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let exists: i64 = s.cmd(&["EXISTS", name]);
+        let named: i64 = s.cmd(&["EXISTS", &next_key(name)]);
+        if exists == 0 && named == 0 {
+            break;
+        }
+        let holders: Vec<String> = s.cmd(&["HGETALL", name]);
+        let namings: Vec<String> = s.cmd(&["HGETALL", &next_key(name)]);
+        assert!(
+            Instant::now() < deadline,
+            "left: holds {holders:?}, namings {namings:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The ACL that `docs/protocol.md` gave before direct grants (no `TIME`, no `PUBSUB`)
 /// costs the direct grants, not the lock: releases are published as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -341,19 +341,24 @@ impl Queued {
 
 impl Drop for Queued {
     fn drop(&mut self) {
-        // A grant that arrived after the waiter stopped looking is still a hold in Redis.
-        let left = self.waiter.leave();
         let (inner, hold) = (self.inner.clone(), self.hold.clone());
         let holds = inner.table.holds(&hold.name, &hold.field);
+        // A grant that arrived after the waiter stopped looking is still a hold in Redis.
+        let left = if self.named && !self.held && !holds {
+            let in_flight = inner.table.begin(&hold.name, &hold.field);
+            self.waiter.leave_named(Box::new(in_flight))
+        } else {
+            self.waiter.leave()
+        };
         match left {
             // A direct grant heard after the call took the lock is the hold it took.
             Left::Granted(g) if g.direct && self.held => {}
-            // This client's unlock is handing it over: it releases the hold it cannot
-            // deliver, and no other client's unlock can grant the lock meanwhile (this
-            // client holds it). Only the naming is left to withdraw; a release here
-            // could take a hold that a later call of the field got. The same where the
-            // field holds the lock for another guard of this client.
-            _ if self.named && !self.held && (matches!(left, Left::Offered) || holds) => {
+            // The unlock offering it the lock settles the rest (see `leave_named`).
+            Left::Offered if self.named && !holds => {}
+            // The field holds the lock for another guard of this client: no other
+            // client's unlock can grant it meanwhile, and a release here would take that
+            // guard's hold. Only the naming is left to withdraw.
+            _ if self.named && !self.held && holds => {
                 // In flight for the field, so that it cannot withdraw a later naming.
                 let in_flight = inner.table.begin(&hold.name, &hold.field);
                 inner.clone().spawner().errand(async move {

@@ -296,3 +296,36 @@ async fn a_streak_that_redis_lets_go_on_still_ends_after_its_windows() {
     // ... until RUN_WINDOWS of them have passed: then it ends, whoever waits.
     assert!(ended >= window * RUN_WINDOWS, "ended after {ended:?}");
 }
+
+/// Dropped when the test's stand-in for an in-flight guard is.
+struct Flag(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Flag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_named_waiter_that_leaves_during_an_offer_leaves_its_guard_to_the_unlock() {
+    let h = hub(4);
+    let name: Arc<str> = "n".into();
+    let ws = parked(&h, &name, 2);
+    let t = to(h.offer("n"));
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    assert!(matches!(
+        ws[0].leave_named(Box::new(Flag(dropped.clone()))),
+        Left::Offered
+    ));
+    assert!(!dropped.load(Ordering::SeqCst), "kept for the unlock");
+    // The unlock's reply: the waiter is gone, and the guard is the unlock's to drop.
+    assert!(!t.revert());
+    assert!(t.left_named.lock().take().is_some());
+    // Not offered: nothing is left with the ticket.
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    assert!(matches!(
+        ws[1].leave_named(Box::new(Flag(gone.clone()))),
+        Left::Empty
+    ));
+    assert!(gone.load(Ordering::SeqCst), "dropped at once");
+}

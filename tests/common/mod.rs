@@ -616,6 +616,16 @@ pub async fn join_all(tasks: Vec<tokio::task::JoinHandle<()>>) {
 /// `run` (at most 5,000 tries each), hold half of their grants 1 ms, and give up the
 /// rest of the waits. Panics if two hold it at once. Returns (grants, waits given up).
 pub async fn churn(clients: &[&redis_rlock::Client], name: &str, run: Duration) -> (u64, u64) {
+    churn_tasks(clients, 2, name, run).await
+}
+
+/// [`churn`] with `per` tasks per client.
+pub async fn churn_tasks(
+    clients: &[&redis_rlock::Client],
+    per: u64,
+    name: &str,
+    run: Duration,
+) -> (u64, u64) {
     use std::sync::atomic::{AtomicBool, AtomicU64};
     use std::sync::Arc;
     let inside = Arc::new(AtomicBool::new(false));
@@ -623,7 +633,7 @@ pub async fn churn(clients: &[&redis_rlock::Client], name: &str, run: Duration) 
     let until = Instant::now() + run;
     let mut tasks = Vec::new();
     for (i, c) in clients.iter().enumerate() {
-        for t in 0..2u64 {
+        for t in 0..per {
             let lock = c.lock(name);
             let (inside, acquired, gave_up) = (inside.clone(), acquired.clone(), gave_up.clone());
             tasks.push(tokio::spawn(async move {
