@@ -36,6 +36,11 @@
 --              (its window is over): it goes ahead only if no one else may be waiting,
 --              that is no other client in KEYS[5] and no subscriber of KEYS[2] but this
 --              client; else the release is published, as without ARGV[5]
+--          'n' or 'N' (with 'g' and 'd'): when the hand-over gives way, ARGV[5] is named
+--              this client's taker of a direct grant (KEYS[8], as acquire.lua names a
+--              waiter), fenced with 'N'; '#<n>' after the letters is its waiter number
+--          'k' with 'n' or 'N': the client has other waiters, so a direct grant to ARGV[5]
+--              keeps its place in KEYS[5]
 -- The unlock message is Redisson's, "0".
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
 -- released and published, 3 when it was published because the hand-over gave way (the
@@ -109,6 +114,21 @@ if ARGV[5] ~= '' and flag('g') and turns then
         redis.call('lrem', KEYS[5], 1, me)
         redis.call('rpush', KEYS[5], me)
         gave_way = true
+        -- The waiter the hand-over would have served sleeps on, and nothing else of
+        -- this client asks Redis: named here, it can be granted the lock directly when
+        -- the client's turn comes, instead of waiting for a published release.
+        local fenced = flag('N')
+        if flag('d') and (fenced or flag('n')) then
+            local now = redis.pcall('time')
+            if type(now) == 'table' and not now.err then
+                local until_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+                    + math.floor(tonumber(ARGV[6]) / 2)
+                redis.call('hset', KEYS[8], me, string.format('%d %s %s %s %s %d %s%s',
+                    until_ms, ARGV[6], fenced and 'F' or '-', flag('k') and 'k' or '-',
+                    string.match(flags, '#(%d+)') or '0', #KEYS[1], KEYS[1], ARGV[5]))
+                redis.call('pexpire', KEYS[8], string.format('%d', 2 * tonumber(ARGV[6])))
+            end
+        end
     end
 end
 -- Whether anyone but this client may wait for the lock: another client in line, or a

@@ -22,7 +22,7 @@
 //! lease is a grant whose waiter stopped waiting for it because the unlock's future was
 //! not polled for longer than the unlock's own timeouts ([`Waiter::abandon_offer`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -232,6 +232,8 @@ impl Handover {
             changed: Notify::new(),
             naming: Mutex::new(None),
             pending: Mutex::new(None),
+            direct,
+            named_by_unlock: AtomicBool::new(false),
             left_named: Mutex::new(None),
         });
         if direct {
@@ -245,6 +247,13 @@ impl Handover {
             ticket,
             direct,
         }
+    }
+
+    /// The number by which an unlock that may give way names `ticket`'s waiter (see
+    /// [`Ticket::name_by_unlock`]), and the naming it had before.
+    pub(crate) fn name_offered(&self, ticket: &Ticket) -> (u64, Option<(u64, Instant)>) {
+        let n = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        (n, ticket.name_by_unlock(n))
     }
 
     /// Another client's unlock granted `name` to this client's waiter of `field` (its
@@ -378,6 +387,8 @@ impl Waiter {
             changed: Notify::new(),
             naming: Mutex::new(*self.ticket.naming.lock()),
             pending: Mutex::new(None),
+            direct: self.direct,
+            named_by_unlock: AtomicBool::new(self.named_by_unlock()),
             left_named: Mutex::new(None),
         });
         if self.direct {
@@ -396,6 +407,12 @@ impl Waiter {
         let n = self.hub.next_seq.fetch_add(1, Ordering::Relaxed);
         *self.ticket.naming.lock() = Some((n, Instant::now()));
         n
+    }
+
+    /// Whether an unlock of this client may have named this waiter (see
+    /// [`Ticket::named_by_unlock`]).
+    pub(crate) fn named_by_unlock(&self) -> bool {
+        self.ticket.named_by_unlock.load(Ordering::Acquire)
     }
 
     /// The attempt failed, and may have run: a grant made to it, or adopted and given

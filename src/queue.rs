@@ -6,6 +6,7 @@
 //! the unlock delivering a grant, or the waiter leaving (cancelled or out of time).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,6 +73,13 @@ pub(crate) struct Ticket {
     /// A direct grant that came while an offer of this client was in flight: it takes
     /// the place of the offer's outcome unless the offer handed the lock over.
     pub(crate) pending: Mutex<Option<Grant>>,
+    /// Known by its field for direct grants (see `Handover::waiter`).
+    pub(crate) direct: bool,
+    /// An unlock of this client that may give way to another client was sent with this
+    /// waiter's naming (`docs/protocol.md` 2.7): the naming may be in Redis until the
+    /// waiter ends, so a waiter that gives up withdraws it, and its attempts adopt a
+    /// grant they find (and take the naming out when they get the lock).
+    pub(crate) named_by_unlock: AtomicBool,
     /// A named waiter that left while an unlock of its client offered it the lock: its
     /// field's in-flight guard (the table's), which the unlocking side drops once it
     /// has settled what the waiter left in Redis (see `Waiter::leave_offered`). Boxed
@@ -97,6 +105,25 @@ impl Ticket {
         drop(s);
         self.changed.notify_one();
         delivered
+    }
+
+    /// An offer that gives way to another client (`Terms::GiveWay`) will name this
+    /// waiter the taker of a direct grant by `number` (`docs/protocol.md` 2.7) if the
+    /// hand-over does give way. Set before the unlock is sent, since the grant's message
+    /// may come before the unlock's reply; from then on the waiter counts as named (see
+    /// [`named_by_unlock`](Self::named_by_unlock)) until it ends. Returns the naming it
+    /// had before, which [`unname_by_unlock`](Self::unname_by_unlock) puts back if the
+    /// reply shows that the unlock did not name it.
+    pub(crate) fn name_by_unlock(&self, number: u64) -> Option<(u64, Instant)> {
+        self.named_by_unlock.store(true, Ordering::Release);
+        self.naming.lock().replace((number, Instant::now()))
+    }
+
+    /// The unlock that was to name this waiter did not give way (it handed over, or
+    /// found holds left): its naming is the one it had before. It still counts as named
+    /// by an unlock: an earlier one may have named it, and that naming may be there.
+    pub(crate) fn unname_by_unlock(&self, before: Option<(u64, Instant)>) {
+        *self.naming.lock() = before;
     }
 
     /// Another client's unlock granted this waiter the lock directly, by the naming

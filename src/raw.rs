@@ -65,7 +65,7 @@ pub(crate) use rw::{
 };
 pub use rw::{read_turn_key, reader_key, rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
 pub use turns::{clients_key, grant_channel, next_key, turn_key, turns_channel};
-pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl, withdraw_naming};
+pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl, withdraw_naming, NextNaming};
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
 /// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster
@@ -344,6 +344,8 @@ pub(crate) struct ReleaseCall<'a> {
     /// The releasing field's waiter gave up and may still be named to take a direct
     /// grant: the naming is withdrawn (flag `c`).
     pub(crate) unname: bool,
+    /// When the hand-over gives way, `next` is named for a direct grant (`n`/`N`, `k`).
+    pub(crate) names_next: Option<NextNaming>,
 }
 
 pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Release> {
@@ -411,7 +413,11 @@ fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
             .set(b'e', call.ends_run)
             .set(b'd', call.direct)
             .set(b'c', call.unname)
-            .publish(conn),
+            .set(b'n', call.names_next.is_some_and(|n| !n.fenced))
+            .set(b'N', call.names_next.is_some_and(|n| n.fenced))
+            .set(b'k', call.names_next.is_some_and(|n| n.keep))
+            .publish(conn)
+            .number(call.names_next.map(|n| n.number)),
     )
 }
 

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::queue::{Grant, Offer, Terms, Ticket};
-use crate::raw::{self, Kind, Release, ReleaseCall};
+use crate::raw::{self, Kind, NextNaming, Release, ReleaseCall};
 use crate::services::ClientInner;
 use crate::target::{Hold, ATTEMPTS};
 
@@ -167,6 +167,23 @@ async fn send_release(
         Some((o, terms)) => (Some(o), terms),
         None => (None, Terms::Outright),
     };
+    let direct = hold.kind == Kind::Plain && inner.grants_directly();
+    // A hand-over that gives way leaves its waiter asleep, and the client then has
+    // nobody named for a direct grant (its last naming went with its last grant): the
+    // unlock names that waiter, so that the client's turn comes as a direct grant
+    // rather than as a published release its waiters must answer with an acquire.
+    let naming = offer
+        .as_ref()
+        .filter(|o| terms == Terms::GiveWay && direct && o.ticket.direct)
+        .map(|o| {
+            let (number, before) = inner.handover.name_offered(&o.ticket);
+            let next = NextNaming {
+                number,
+                fenced: o.ticket.fenced,
+                keep: inner.table.in_line(&hold.name) > 1,
+            };
+            (next, before)
+        });
     let sent = Instant::now();
     let latch = raw::latch_key(&hold.name, &raw::request_id());
     let mut call = ReleaseCall {
@@ -186,10 +203,11 @@ async fn send_release(
         turn_window: inner.config.turn_window,
         gives_way: terms == Terms::GiveWay,
         ends_run: terms == Terms::EndOfStreak,
-        direct: hold.kind == Kind::Plain && inner.grants_directly(),
+        direct,
         unname,
+        names_next: naming.as_ref().map(|n| n.0),
     };
-    let mut attempt = 0;
+    let (mut attempt, mut retried) = (0, false);
     let outcome = loop {
         attempt += 1;
         match raw::release(&inner.conn, &call).await {
@@ -206,6 +224,7 @@ async fn send_release(
             Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                 tracing::debug!(attempt, error = %e, "unlock reply lost; retrying with the same request id");
                 call.retry = true;
+                retried = true;
                 tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
             }
             Err(e) => break Err(e),
@@ -216,6 +235,17 @@ async fn send_release(
         // Capped: a slow (retried) unlock says little about the round trip.
         let period = (sent.elapsed() * 2).min(Duration::from_millis(20));
         inner.handover.hold_back(&hold.name, period);
+    }
+    // The naming was written only where the hand-over gave way. Where the reply shows
+    // it was not, the waiter's own naming stands; where a lost reply leaves it open,
+    // the waiter counts as named.
+    if let Some((_, before)) = &naming {
+        let written = matches!(outcome, Ok(Release::GaveWay)) || retried || outcome.is_err();
+        if !written {
+            if let Some(o) = &offer {
+                o.ticket.unname_by_unlock(*before);
+            }
+        }
     }
     if let Some(mut o) = offer.take() {
         let handed_over = matches!(outcome, Ok(Release::HandedOver { .. }));
@@ -257,8 +287,8 @@ async fn send_release(
         // A named waiter that left while this offer was in flight (see
         // `Waiter::leave_named`) may have been granted the lock directly by another
         // client meanwhile: this release may not have held it (a hold given back in the
-        // background). Its naming goes, and such a grant is given back, before the
-        // field's later requests, which wait on the guard, go out.
+        // background), or gave way. Its naming goes, and such a grant is given back,
+        // before the field's later requests, which wait on the guard, go out.
         let left_named = (!stayed)
             .then(|| o.ticket.left_named.lock().take())
             .flatten();

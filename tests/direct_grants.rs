@@ -239,10 +239,11 @@ async fn churn_keeps_exclusion_and_leaves_no_orphan_hold() {
 }
 
 /// Clients of six tasks each, waits short enough to give up often: runs of hand-overs
-/// inside each client, which give way to other clients, while named waiters give up,
-/// some with an offer of their own client in flight (an offer that a release of a hold
-/// given back in the background makes, too). Never two holders, and at the end nothing
-/// holds the lock and nobody is named.
+/// inside each client, which give way to other clients (naming the waiter passed over,
+/// `docs/protocol.md` 2.7), while named waiters give up, some with an offer of their own
+/// client in flight (an offer that a release of a hold given back in the background
+/// makes, too). Never two holders, and at the end nothing holds the lock and nobody is
+/// named.
 #[tokio::test(flavor = "multi_thread")]
 async fn waiters_giving_up_around_a_hand_over_that_gave_way_leave_no_orphan_hold() {
     common::init_tracing();
@@ -342,4 +343,198 @@ async fn a_cut_off_reentry_leaves_the_first_hold() {
     let count: Option<i64> = s.cmd(&["HGET", name, first.holder_field()]);
     assert_eq!(count, Some(1), "the first hold is intact");
     first.unlock().await.unwrap();
+}
+
+/// A client `a` of several waiting tasks, and a client `b` in line behind it. `a`'s run
+/// of hand-overs gives way to `b` after four grants, and the waiter it would have served
+/// next sleeps on: that unlock names it, so that `b`'s release can grant it the lock
+/// directly.
+struct GaveWay {
+    a: Client,
+    b: Client,
+    name: &'static str,
+    /// `a`'s waiters, in the order they started waiting.
+    a_waiters: Vec<tokio::task::JoinHandle<()>>,
+    /// `b`'s guard, once `a`'s run gave way to it.
+    b_held: Option<LockGuard>,
+    /// Who got the lock, in order: `a1`.. for `a`'s waiters, `b`.
+    order: std::sync::Arc<parking_lot::Mutex<Vec<String>>>,
+}
+
+impl GaveWay {
+    /// `a_tasks` waiters of `a` queue behind its holder (hand-overs: four, then the
+    /// fifth gives way), one waiter of `b` lines up behind `a`; returns once `b` holds.
+    /// Every grant's fencing token goes into `order` too (`a1 7`), 0 for a plain lock.
+    async fn start(s: &RedisServer, name: &'static str, a_tasks: usize, fenced: bool) -> GaveWay {
+        // A long window: only the count of hand-overs in a row ends a's run here.
+        let a = Client::builder(s.url())
+            .handover_window(Duration::from_secs(5))
+            .build()
+            .await
+            .unwrap();
+        let b = client(s).await;
+        let order = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let lock = |c: &Client| {
+            if fenced {
+                c.fenced_lock(name)
+            } else {
+                c.lock(name)
+            }
+        };
+        let held = lock(&a).lock().await.unwrap();
+        let mut a_waiters = Vec::new();
+        for i in 1..=a_tasks {
+            let (l, order) = (lock(&a), order.clone());
+            a_waiters.push(tokio::spawn(async move {
+                let g = l.lock().await.unwrap();
+                let token = g.fencing_token().unwrap_or(0);
+                order.lock().push(format!("a{i} {token}"));
+                g.unlock().await.unwrap();
+            }));
+            if i == 1 {
+                named(s, name, &a).await;
+            } else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn({
+            let (l, order) = (lock(&b), order.clone());
+            async move {
+                let g = l.lock().await.unwrap();
+                let token = g.fencing_token().unwrap_or(0);
+                order.lock().push(format!("b {token}"));
+                let _ = tx.send(g);
+            }
+        });
+        named(s, name, &b).await;
+        let line: Vec<String> = s.cmd(&["LRANGE", &clients_key(name), "0", "-1"]);
+        assert_eq!(line, vec![a.id().to_string(), b.id().to_string()]);
+        held.unlock().await.unwrap();
+        let b_held = tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .expect("b got the lock after a's run")
+            .unwrap();
+        GaveWay {
+            a,
+            b,
+            name,
+            a_waiters,
+            b_held: Some(b_held),
+            order,
+        }
+    }
+
+    /// `a`'s naming in Redis, if any.
+    fn a_naming(&self, s: &RedisServer) -> Option<String> {
+        s.cmd(&["HGET", &next_key(self.name), self.a.id()])
+    }
+
+    /// Who got the lock, in order, without the tokens.
+    fn order(&self) -> Vec<String> {
+        let order = self.order.lock();
+        order
+            .iter()
+            .map(|o| o.split(' ').next().unwrap().to_string())
+            .collect()
+    }
+
+    /// The fencing tokens of the grants, in order.
+    fn tokens(&self) -> Vec<u64> {
+        let order = self.order.lock();
+        order
+            .iter()
+            .map(|o| o.split(' ').nth(1).unwrap().parse().unwrap())
+            .collect()
+    }
+}
+
+/// The waiter that a client's run of hand-overs passed over, when it gave way to
+/// another client, takes the lock by direct grant when that client releases: no
+/// published release, no acquire of its own. (Before, its client had nobody named, and
+/// the lock went back to it only by a published release and the waiter's acquire.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_passed_over_when_its_client_gave_way_is_granted_directly() {
+    let s = RedisServer::start();
+    let name = "dg:gaveway";
+    let mut t = GaveWay::start(&s, name, 5, false).await;
+    assert_eq!(t.order(), ["a1", "a2", "a3", "a4", "b"]);
+    let naming = t.a_naming(&s).expect("the waiter passed over is named");
+    assert!(naming.contains(name), "{naming}");
+    let before = script_calls(&s);
+    let direct_before = t.a.stats().direct_grants;
+    t.b_held.take().unwrap().unlock().await.unwrap();
+    for w in t.a_waiters.drain(..) {
+        tokio::time::timeout(Duration::from_secs(2), w)
+            .await
+            .expect("a's last waiter got the lock at once")
+            .unwrap();
+    }
+    assert_eq!(t.order(), ["a1", "a2", "a3", "a4", "b", "a5"]);
+    assert_eq!(t.a.stats().direct_grants - direct_before, 1);
+    assert_eq!(
+        script_calls(&s) - before,
+        2,
+        "b's unlock, then a5's unlock: a5 sent no acquire"
+    );
+    let exists: i64 = s.cmd(&["EXISTS", name]);
+    assert_eq!(exists, 0);
+    let next: Vec<String> = s.cmd(&["HKEYS", &next_key(name)]);
+    assert!(next.is_empty(), "no naming is left: {next:?}");
+    drop(t.b);
+}
+
+/// The same with a fenced lock: the waiter named by its client's unlock is named fenced,
+/// so its direct grant draws a token larger than every one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_waiter_passed_over_when_its_client_gave_way_gets_a_larger_token() {
+    let s = RedisServer::start();
+    let name = "dg:gaveway-fenced";
+    let mut t = GaveWay::start(&s, name, 5, true).await;
+    let direct_before = t.a.stats().direct_grants;
+    t.b_held.take().unwrap().unlock().await.unwrap();
+    for w in t.a_waiters.drain(..) {
+        tokio::time::timeout(Duration::from_secs(2), w)
+            .await
+            .expect("a's last waiter got the lock at once")
+            .unwrap();
+    }
+    assert_eq!(t.order(), ["a1", "a2", "a3", "a4", "b", "a5"]);
+    assert_eq!(t.a.stats().direct_grants - direct_before, 1);
+    let tokens = t.tokens();
+    assert!(
+        tokens.windows(2).all(|w| w[1] > w[0]) && tokens[0] > 0,
+        "tokens in grant order: {tokens:?}"
+    );
+}
+
+/// The waiter so named gives up (its task is cancelled) while the other client holds
+/// the lock: its naming is withdrawn, and the release goes to the client's next waiter,
+/// not to a field nobody waits on (which would hold the lock until its lease ran out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_named_when_its_client_gave_way_that_gives_up_is_not_granted() {
+    let s = RedisServer::start();
+    let name = "dg:gaveway-left";
+    let mut t = GaveWay::start(&s, name, 6, false).await;
+    assert_eq!(t.order(), ["a1", "a2", "a3", "a4", "b"]);
+    let naming = t.a_naming(&s).expect("the waiter passed over is named");
+    // a5, the waiter named, gives up.
+    t.a_waiters[4].abort();
+    let until = Instant::now() + Duration::from_secs(2);
+    while t.a_naming(&s).as_ref() == Some(&naming) {
+        assert!(
+            Instant::now() < until,
+            "the naming of a waiter gone was left"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    t.b_held.take().unwrap().unlock().await.unwrap();
+    let last = t.a_waiters.pop().unwrap();
+    tokio::time::timeout(Duration::from_secs(2), last)
+        .await
+        .expect("a's next waiter got the lock")
+        .unwrap();
+    assert_eq!(t.order(), ["a1", "a2", "a3", "a4", "b", "a6"]);
+    let exists: i64 = s.cmd(&["EXISTS", name]);
+    assert_eq!(exists, 0, "nothing holds the lock");
 }

@@ -310,6 +310,9 @@ impl Queued {
     /// if the client knows of no hold of its field (a hold of its own could not be told
     /// from a grant then), counted as named from its send.
     pub(super) fn before_attempt(&mut self, in_line: Counted) -> Place {
+        // Named by an unlock of its own client that gave way: a grant to it is adopted
+        // as one to an attempt of its own would be.
+        self.named |= self.waiter.named_by_unlock();
         let named = self.named;
         let designate = (self.direct && !self.inner.table.holds(&self.hold.name, &self.hold.field))
             .then(|| self.waiter.naming());
@@ -341,6 +344,8 @@ impl Queued {
 
 impl Drop for Queued {
     fn drop(&mut self) {
+        // Named by an unlock of its own client: from that unlock's send on.
+        self.named |= self.waiter.named_by_unlock();
         let (inner, hold) = (self.inner.clone(), self.hold.clone());
         let holds = inner.table.holds(&hold.name, &hold.field);
         // A grant that arrived after the waiter stopped looking is still a hold in Redis.

@@ -17,6 +17,16 @@ pub(crate) const TURN: &str = "redisson_lock_turn";
 pub(crate) const TURNS: &str = "redisson_lock_turns";
 pub(crate) const NEXT: &str = "redisson_lock_next";
 
+/// How a hand-over that gives way names its waiter the taker of a direct grant (see
+/// `ReleaseCall::names_next`): by this number, fenced or not, keeping its client's
+/// place in the line for its other waiters or not.
+#[derive(Clone, Copy)]
+pub(crate) struct NextNaming {
+    pub(crate) number: u64,
+    pub(crate) fenced: bool,
+    pub(crate) keep: bool,
+}
+
 /// Which waiter of each client in line takes a direct grant of the lock `name`
 /// (`docs/protocol.md` 2.7): `redisson_lock_next:{<name>}`, a hash from client id to
 /// `<valid until, ms> <lease, ms> <F|-> <k|-> <holder field>`. Ours; Redisson has no
@@ -96,6 +106,7 @@ pub(crate) async fn withdraw_naming(conn: &Conn, name: &str, field: &str) -> Res
         ends_run: false,
         direct: false,
         unname: true,
+        names_next: None,
     };
     super::release(conn, &call).await.map(|_| ())
 }

@@ -31,6 +31,7 @@ pub(super) async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         ends_run: false,
         direct: false,
         unname: false,
+        names_next: None,
     };
     match Box::pin(release(conn, &undo)).await {
         Ok(r) => {
