@@ -80,10 +80,10 @@ pub(crate) struct Ticket {
     /// waiter ends, so a waiter that gives up withdraws it, and its attempts adopt a
     /// grant they find (and take the naming out when they get the lock).
     pub(crate) named_by_unlock: AtomicBool,
-    /// A named waiter that left while an unlock of its client offered it the lock: its
-    /// field's in-flight guard (the table's), which the unlocking side drops once it
-    /// has settled what the waiter left in Redis (see `Waiter::leave_offered`). Boxed
-    /// as any value: the guard is only kept alive.
+    /// A waiter that may be named and left while an unlock of its client offered it the
+    /// lock: its field's in-flight guard (the table's), which the unlocking side drops
+    /// once it has settled what the waiter left in Redis (see `Waiter::leave_named`).
+    /// Boxed as any value: the guard is only kept alive.
     pub(crate) left_named: Mutex<Option<Box<dyn Send + Sync>>>,
 }
 

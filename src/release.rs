@@ -174,7 +174,14 @@ async fn send_release(
     // rather than as a published release its waiters must answer with an acquire.
     let naming = offer
         .as_ref()
-        .filter(|o| terms == Terms::GiveWay && direct && o.ticket.direct)
+        // Never a field this client knows holds the lock: a grant to it could not be told
+        // from that hold (as for an attempt's naming).
+        .filter(|o| {
+            terms == Terms::GiveWay
+                && direct
+                && o.ticket.direct
+                && !inner.table.holds(&hold.name, &o.ticket.field)
+        })
         .map(|o| {
             let (number, before) = inner.handover.name_offered(&o.ticket);
             let next = NextNaming {
@@ -284,15 +291,19 @@ async fn send_release(
             // Redis published (or nothing was released): the streak is over.
             inner.handover.gave_way(&hold.name);
         }
-        // A named waiter that left while this offer was in flight (see
+        // A waiter that may be named and left while this offer was in flight (see
         // `Waiter::leave_named`) may have been granted the lock directly by another
         // client meanwhile: this release may not have held it (a hold given back in the
         // background), or gave way. Its naming goes, and such a grant is given back,
-        // before the field's later requests, which wait on the guard, go out.
+        // before the field's later requests, which wait on the guard, go out. Not once
+        // the unlock took half the offer bound (its future was not polled, say): a later
+        // call of the field waits on the guard only that long, and may hold the lock by
+        // now. Such a grant runs out with its lease, as one after an abandoned offer does.
         let left_named = (!stayed)
             .then(|| o.ticket.left_named.lock().take())
             .flatten();
-        if left_named.is_some() && !handed_over {
+        let in_time = sent.elapsed() < inner.offer_bound() / 2;
+        if left_named.is_some() && !handed_over && in_time {
             release_named(
                 inner.clone(),
                 Hold {

@@ -344,22 +344,26 @@ impl Queued {
 
 impl Drop for Queued {
     fn drop(&mut self) {
-        // Named by an unlock of its own client: from that unlock's send on.
-        self.named |= self.waiter.named_by_unlock();
         let (inner, hold) = (self.inner.clone(), self.hold.clone());
         let holds = inner.table.holds(&hold.name, &hold.field);
         // A grant that arrived after the waiter stopped looking is still a hold in Redis.
-        let left = if self.named && !self.held && !holds {
+        // Any waiter that may be named (by an attempt of its own, or by the very unlock
+        // now offering it the lock, which marks it only after picking it) leaves the
+        // settling to an offer in flight.
+        let left = if self.direct && !self.held && !holds {
             let in_flight = inner.table.begin(&hold.name, &hold.field);
             self.waiter.leave_named(Box::new(in_flight))
         } else {
             self.waiter.leave()
         };
+        // Named by an unlock of its own client: from that unlock's send on, which came
+        // before its reply settled the offer, so before a leave that found it settled.
+        self.named |= self.waiter.named_by_unlock();
         match left {
             // A direct grant heard after the call took the lock is the hold it took.
             Left::Granted(g) if g.direct && self.held => {}
             // The unlock offering it the lock settles the rest (see `leave_named`).
-            Left::Offered if self.named && !holds => {}
+            Left::Offered if self.direct && !holds => {}
             // The field holds the lock for another guard of this client: no other
             // client's unlock can grant it meanwhile, and a release here would take that
             // guard's hold. Only the naming is left to withdraw.
