@@ -158,7 +158,7 @@ impl Target {
                     // (Once an attempt was answered busy, running out of time is `None`.)
                     None => {
                         return Err(Error::Timeout {
-                            op: "try_lock_for (no answer before the deadline)",
+                            op: "try_lock_for: its wait ended first",
                             after: started.elapsed(),
                         })
                     }

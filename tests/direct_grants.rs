@@ -204,62 +204,25 @@ async fn a_waiter_that_gives_up_is_not_granted_afterwards() {
     assert_eq!(b.stats().direct_grants, 0);
 }
 
-/// Clients of two tasks each, some waits short enough to give up often, holds of 0 to
-/// 1 ms: never two holders, and when it is over nothing holds the lock (no grant left to
-/// a waiter that was gone).
-#[tokio::test(flavor = "multi_thread")]
-async fn churn_keeps_exclusion_and_leaves_no_orphan_hold() {
+/// A churn (see `common::churn_tasks`) of `clients` clients of `per` tasks each on
+/// `name`: never two holders, and once the background withdrawals and give-backs are in
+/// (a moment, far below a lease) nothing holds the lock and no naming is left. Returns
+/// (grants, waits given up, direct grants).
+async fn churn_leaves_nothing(
+    s: &RedisServer,
+    clients: usize,
+    per: u64,
+    name: &str,
+) -> (u64, u64, u64) {
     common::init_tracing();
-    let s = RedisServer::start();
-    let mut clients = Vec::new();
-    for _ in 0..6 {
-        clients.push(client(&s).await);
+    let mut owned = Vec::new();
+    for _ in 0..clients {
+        owned.push(client(s).await);
     }
-    let name = "dg:churn";
-    let clients: Vec<&Client> = clients.iter().collect();
-    let (acquired, gave_up) = common::churn(&clients, name, Duration::from_secs(3)).await;
+    let clients: Vec<&Client> = owned.iter().collect();
+    let (acquired, gave_up) =
+        common::churn_tasks(&clients, per, name, Duration::from_secs(3)).await;
     let direct: u64 = clients.iter().map(|c| c.stats().direct_grants).sum();
-    println!("FIGURE churn: {acquired} acquired, {gave_up} gave up, {direct} direct grants");
-    assert!(acquired > 100);
-    assert!(gave_up > 0, "no waiter gave up");
-    // Withdrawals and give-backs run in the background: a moment, far below a lease.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    loop {
-        let exists: i64 = s.cmd(&["EXISTS", name]);
-        if exists == 0 {
-            break;
-        }
-        let holders: Vec<String> = s.cmd(&["HGETALL", name]);
-        assert!(
-            Instant::now() < deadline,
-            "a hold nobody uses is left: {holders:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Clients of six tasks each, waits short enough to give up often: runs of hand-overs
-/// inside each client, which give way to other clients (naming the waiter passed over,
-/// `docs/protocol.md` 2.7), while named waiters give up, some with an offer of their own
-/// client in flight (an offer that a release of a hold given back in the background
-/// makes, too). Never two holders, and at the end nothing holds the lock and nobody is
-/// named.
-#[tokio::test(flavor = "multi_thread")]
-async fn waiters_giving_up_around_a_hand_over_that_gave_way_leave_no_orphan_hold() {
-    common::init_tracing();
-    let s = RedisServer::start();
-    let mut clients = Vec::new();
-    for _ in 0..3 {
-        clients.push(client(&s).await);
-    }
-    let name = "dg:churn6";
-    let clients: Vec<&Client> = clients.iter().collect();
-    let (acquired, gave_up) = common::churn_tasks(&clients, 6, name, Duration::from_secs(3)).await;
-    let direct: u64 = clients.iter().map(|c| c.stats().direct_grants).sum();
-    println!("FIGURE churn of 3 x 6 tasks: {acquired} acquired, {gave_up} gave up, {direct} direct grants");
-    assert!(acquired > 100);
-    assert!(gave_up > 0, "no waiter gave up");
-    assert!(direct > 0, "no direct grant");
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
         let exists: i64 = s.cmd(&["EXISTS", name]);
@@ -275,6 +238,35 @@ async fn waiters_giving_up_around_a_hand_over_that_gave_way_leave_no_orphan_hold
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    (acquired, gave_up, direct)
+}
+
+/// Clients of two tasks each, some waits short enough to give up often, holds of 0 to
+/// 1 ms: never two holders, and when it is over nothing holds the lock (no grant left to
+/// a waiter that was gone).
+#[tokio::test(flavor = "multi_thread")]
+async fn churn_keeps_exclusion_and_leaves_no_orphan_hold() {
+    let s = RedisServer::start();
+    let (acquired, gave_up, direct) = churn_leaves_nothing(&s, 6, 2, "dg:churn").await;
+    println!("FIGURE churn: {acquired} acquired, {gave_up} gave up, {direct} direct grants");
+    assert!(acquired > 100);
+    assert!(gave_up > 0, "no waiter gave up");
+}
+
+/// Clients of six tasks each, waits short enough to give up often: runs of hand-overs
+/// inside each client, which give way to other clients (naming the waiter passed over,
+/// `docs/protocol.md` 2.7), while named waiters give up, some with an offer of their own
+/// client in flight (an offer that a release of a hold given back in the background
+/// makes, too). Never two holders, and at the end nothing holds the lock and nobody is
+/// named.
+#[tokio::test(flavor = "multi_thread")]
+async fn waiters_giving_up_around_a_hand_over_that_gave_way_leave_no_orphan_hold() {
+    let s = RedisServer::start();
+    let (acquired, gave_up, direct) = churn_leaves_nothing(&s, 3, 6, "dg:churn6").await;
+    println!("FIGURE churn of 3 x 6 tasks: {acquired} acquired, {gave_up} gave up, {direct} direct grants");
+    assert!(acquired > 100);
+    assert!(gave_up > 0, "no waiter gave up");
+    assert!(direct > 0, "no direct grant");
 }
 
 /// The ACL that `docs/protocol.md` gave before direct grants (no `TIME`, no `PUBSUB`)
@@ -430,6 +422,20 @@ impl GaveWay {
         s.cmd(&["HGET", &next_key(self.name), self.a.id()])
     }
 
+    /// `b` releases, and `a`'s last waiter (`a5`, the one passed over) gets the lock at
+    /// once, by one direct grant since `direct_before` was read.
+    async fn b_releases_to_a5(&mut self, direct_before: u64) {
+        self.b_held.take().unwrap().unlock().await.unwrap();
+        for w in self.a_waiters.drain(..) {
+            tokio::time::timeout(Duration::from_secs(2), w)
+                .await
+                .expect("a's last waiter got the lock at once")
+                .unwrap();
+        }
+        assert_eq!(self.order(), ["a1", "a2", "a3", "a4", "b", "a5"]);
+        assert_eq!(self.a.stats().direct_grants - direct_before, 1);
+    }
+
     /// Who got the lock, in order, without the tokens.
     fn order(&self) -> Vec<String> {
         let order = self.order.lock();
@@ -463,15 +469,7 @@ async fn a_waiter_passed_over_when_its_client_gave_way_is_granted_directly() {
     assert!(naming.contains(name), "{naming}");
     let before = script_calls(&s);
     let direct_before = t.a.stats().direct_grants;
-    t.b_held.take().unwrap().unlock().await.unwrap();
-    for w in t.a_waiters.drain(..) {
-        tokio::time::timeout(Duration::from_secs(2), w)
-            .await
-            .expect("a's last waiter got the lock at once")
-            .unwrap();
-    }
-    assert_eq!(t.order(), ["a1", "a2", "a3", "a4", "b", "a5"]);
-    assert_eq!(t.a.stats().direct_grants - direct_before, 1);
+    t.b_releases_to_a5(direct_before).await;
     assert_eq!(
         script_calls(&s) - before,
         2,
@@ -492,15 +490,7 @@ async fn a_fenced_waiter_passed_over_when_its_client_gave_way_gets_a_larger_toke
     let name = "dg:gaveway-fenced";
     let mut t = GaveWay::start(&s, name, 5, true).await;
     let direct_before = t.a.stats().direct_grants;
-    t.b_held.take().unwrap().unlock().await.unwrap();
-    for w in t.a_waiters.drain(..) {
-        tokio::time::timeout(Duration::from_secs(2), w)
-            .await
-            .expect("a's last waiter got the lock at once")
-            .unwrap();
-    }
-    assert_eq!(t.order(), ["a1", "a2", "a3", "a4", "b", "a5"]);
-    assert_eq!(t.a.stats().direct_grants - direct_before, 1);
+    t.b_releases_to_a5(direct_before).await;
     let tokens = t.tokens();
     assert!(
         tokens.windows(2).all(|w| w[1] > w[0]) && tokens[0] > 0,
