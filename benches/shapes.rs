@@ -185,7 +185,7 @@ thread_local! {
     static ACQUIRE: redis::Script = redis::Script::new(REDISSON_ACQUIRE);
     static UNLOCK: redis::Script = redis::Script::new(REDISSON_UNLOCK);
     static TRIVIAL_SCRIPT: redis::Script = redis::Script::new(TRIVIAL);
-    static OUR_ACQUIRE: redis::Script = redis::Script::new(include_str!("../lua/acquire.lua"));
+    static OUR_ACQUIRE: redis::Script = redis::Script::new(concat!(include_str!("../lua/lock_shape.lua"), include_str!("../lua/acquire.lua")));
     static OUR_UNLOCK: redis::Script = redis::Script::new(include_str!("../lua/unlock.lua"));
 }
 

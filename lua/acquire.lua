@@ -158,6 +158,10 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('set', KEYS[3], token, 'px', ARGV[3])
     return {1, token, 1}
 end
+-- Busy: by a holder, or by data that is no lock (then nobody would ever release it).
+if is_lock(KEYS[1]) == false then
+    return not_a_lock(KEYS[1])
+end
 if turns and waits then
     wait_busy()
 end

@@ -62,6 +62,8 @@ elseif redis.call('hexists', KEYS[1], field) == 1 then
     end
     redis.call('set', KEYS[4], 0, 'px', ARGV[4])
     return {1, 0, 1}
+elseif is_lock(KEYS[1]) == false then
+    return not_a_lock(KEYS[1])
 end
 if ARGV[7] == '1' then
     if not redis.call('zscore', KEYS[3], field) then

@@ -8,7 +8,14 @@
 -- ARGV[3]  unlock message ("0")
 -- ARGV[4]  'publish' or 'spublish'
 -- ARGV[5]  the lock's channel, redisson_lock__channel:{<name>}
--- Returns 1 when a lock was deleted, else 0.
+-- ARGV[6]  this crate's event channel, rlock_events:{<name>} (see force_unlock.lua)
+-- Returns 1 when a lock was deleted, else 0; NOTALOCK, changing nothing, when a force
+-- unlock finds a hash that is not a lock.
+local refused = ARGV[2] == '1' and redis.call('exists', KEYS[1]) == 1
+    and refuse_unless_lock(KEYS[1])
+if refused then
+    return refused
+end
 if ARGV[1] ~= '' then
     redis.call('lrem', KEYS[2], 0, ARGV[1])
     redis.call('zrem', KEYS[3], ARGV[1])
@@ -16,6 +23,7 @@ end
 local deleted = 0
 if ARGV[2] == '1' and redis.call('type', KEYS[1]).ok == 'hash' then
     redis.call('del', KEYS[1])
+    redis.pcall(ARGV[4], ARGV[6], 'force-unlock')
     deleted = 1
 end
 if redis.call('exists', KEYS[1]) == 0 then

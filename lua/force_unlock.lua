@@ -1,22 +1,30 @@
 -- Delete a lock whoever holds it, and wake its waiters.
 -- KEYS[1]  lock hash
 -- KEYS[2]  unlock channel
+-- KEYS[3]  this crate's event channel, rlock_events:{<name>}, where `rlock watch` hears
+--          that the release was forced
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  'publish', or 'spublish' on a cluster with sharded pub/sub
--- Returns 1 when a lock was deleted, 0 when there was none; a WRONGTYPE error, deleting
--- nothing, when the key is not a lock hash.
+-- Returns 1 when a lock was deleted, 0 when there was none; WRONGTYPE or NOTALOCK,
+-- deleting nothing, when the key is not a lock (another type, or a hash of other fields).
 local kind = redis.call('type', KEYS[1])['ok']
-if kind ~= 'none' and kind ~= 'hash' then
+if kind == 'none' then
+    return 0
+end
+if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key is not a lock hash; force unlock deletes only locks')
 end
-if kind == 'hash' then
-    -- PUBLISH first: if ACL refuses it, nothing has been deleted. Servers word that
-    -- refusal differently and Redis 7.0 gives it no code of its own, so it is given one.
-    local sent = redis.pcall(ARGV[2], KEYS[2], ARGV[1])
-    if type(sent) == 'table' and sent.err then
-        return redis.error_reply('NOPERM publish refused: ' .. sent.err)
-    end
-    redis.call('del', KEYS[1])
-    return 1
+local refused = refuse_unless_lock(KEYS[1])
+if refused then
+    return refused
 end
-return 0
+-- The event goes first, so that an observer knows why before it hears the release.
+redis.pcall(ARGV[2], KEYS[3], 'force-unlock')
+-- PUBLISH before DEL: if ACL refuses it, nothing has been deleted. Servers word that
+-- refusal differently and Redis 7.0 gives it no code of its own, so it is given one.
+local sent = redis.pcall(ARGV[2], KEYS[2], ARGV[1])
+if type(sent) == 'table' and sent.err then
+    return redis.error_reply('NOPERM publish refused: ' .. sent.err)
+end
+redis.call('del', KEYS[1])
+return 1

@@ -40,6 +40,17 @@ if ARGV[5] == '1' then
     end
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
+-- A hash the caller has no field in: a plain lock (busy, never to be given a 'mode') or
+-- no lock at all (an error: nothing here is ever released).
+if redis.call('exists', KEYS[1]) == 1 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    if is_lock(KEYS[1]) == false then
+        return not_a_lock(KEYS[1])
+    end
+    if mode == false then
+        waiting()
+        return {0, redis.call('pttl', KEYS[1])}
+    end
+end
 -- New readers let a waiting writer go first, or readers that keep overlapping would keep
 -- it out for good. A reader re-entering (or a writer downgrading) is not held back: the
 -- writer waits for it anyway. Right after a writer that found readers waiting, it is

@@ -28,6 +28,18 @@ if ARGV[5] == '1' then
     end
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
+-- As in read_acquire.lua: a plain lock is busy, a hash that is no lock an error.
+if redis.call('exists', KEYS[1]) == 1 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    if is_lock(KEYS[1]) == false then
+        return not_a_lock(KEYS[1])
+    end
+    if mode == false then
+        if KEYS[3] and ARGV[6] == '1' then
+            redis.call('set', KEYS[3], 1, 'px', ARGV[7])
+        end
+        return {0, redis.call('pttl', KEYS[1])}
+    end
+end
 if mode == false and KEYS[4] then
     local turn = redis.call('pttl', KEYS[4])
     if turn > 0 then

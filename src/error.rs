@@ -97,6 +97,17 @@ pub enum Error {
         key: String,
     },
 
+    /// The name holds a hash that is not a lock: application data, whose fields are not
+    /// holder fields `<uuid>:<owner id>` (with a read-write lock's `mode`). Nothing was
+    /// written or deleted. The lock calls return it at once rather than wait for a
+    /// holder that does not exist, and `force_unlock` refuses to delete it (a difference
+    /// from Redisson, whose `forceUnlock` deletes any hash).
+    #[error("key `{key}` is a hash but not a lock (its fields are not lock holders'); nothing was changed")]
+    NotALock {
+        /// The key.
+        key: String,
+    },
+
     /// An unlock by an owner that does not hold the lock (never held it, the lease
     /// expired, or somebody force-unlocked it).
     #[error("lock `{name}` is not held by owner `{owner}`")]
@@ -230,6 +241,11 @@ impl Error {
             Some("NOAUTH" | "WRONGPASS") => {
                 return Error::AuthFailed {
                     message: err.to_string(),
+                }
+            }
+            Some("NOTALOCK") => {
+                return Error::NotALock {
+                    key: key.to_string(),
                 }
             }
             Some("BADTOKEN") => {

@@ -136,6 +136,8 @@ impl Lock {
     /// - Input: [`Error::EmptyName`], [`Error::NameTooLong`],
     ///   [`Error::NameNotClusterSafe`], checked before anything is sent.
     /// - [`Error::WrongType`]: the key holds something other than a lock hash.
+    /// - [`Error::NotALock`]: the key is a hash of other fields than a lock's, at the
+    ///   first busy reply (nobody would ever release it); nothing was written.
     /// - [`Error::BadTokenCounter`]: the fencing counter cannot issue a token; no hold
     ///   was taken.
     /// - [`Error::PermissionDenied`], [`Error::AuthFailed`]: refused by Redis.
@@ -378,7 +380,9 @@ impl Lock {
     /// # Errors
     ///
     /// Name errors as for [`lock`](Self::lock); [`Error::WrongType`] when the key is not
-    /// a lock hash (it is left as it is: Redisson's `forceUnlock` would delete it);
+    /// a hash, [`Error::NotALock`] when it is a hash of other fields than a lock's (either
+    /// is left as it is, checked in the same script as the delete: Redisson's
+    /// `forceUnlock` would delete any hash);
     /// [`Error::PermissionDenied`] when ACL forbids the publish (nothing is deleted then);
     /// [`Error::Closed`] after [`Client::shutdown`](crate::Client::shutdown); transient
     /// errors as they come.

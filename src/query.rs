@@ -8,12 +8,15 @@ use crate::raw::{self, Kind};
 
 impl Lock {
     /// Whether anyone holds the lock now. One round trip, bounded by the response
-    /// timeout. For a half of a read-write lock, whether the lock is held in that half's
+    /// timeout. A hash of other fields at the name is no lock: it answers
+    /// [`Error::NotALock`], not `true`. For a half of a read-write lock, whether the lock is held in that half's
     /// mode (as Redisson's: `read().is_locked()` is false while a writer holds it).
     ///
     /// # Errors
     ///
-    /// Name errors as for [`lock`](Self::lock); transient errors as they come.
+    /// Name errors as for [`lock`](Self::lock); [`Error::WrongType`] when the key is not
+    /// a hash, [`Error::NotALock`] when it is a hash of other fields; transient errors as
+    /// they come.
     ///
     /// # Cancel safety
     ///
@@ -32,10 +35,12 @@ impl Lock {
                 let reply = raw::query(
                     &target.inner().conn,
                     &target.name,
-                    redis::cmd("EXISTS").arg(&*target.name).clone(),
+                    redis::cmd("HKEYS").arg(&*target.name).clone(),
                 )
                 .await?;
-                return Ok(reply == redis::Value::Int(1));
+                let fields: Vec<String> =
+                    redis::from_redis_value(reply).map_err(|e| Error::Redis(e.into()))?;
+                return held_by_fields(&target.name, &fields);
             }
         };
         let reply = raw::query(
@@ -132,5 +137,19 @@ impl Lock {
             ms if ms < 0 => Some(Duration::MAX),
             ms => Some(Duration::from_millis(ms as u64)),
         })
+    }
+}
+
+/// Whether a lock hash with these fields is held: `Ok(false)` when there are none, and
+/// [`Error::NotALock`] when they are not a lock's.
+fn held_by_fields(name: &str, fields: &[String]) -> Result<bool> {
+    let holders = fields.iter().filter(|f| raw::is_holder_field(f)).count();
+    let others = fields.iter().filter(|f| *f != "mode").count() - holders;
+    match (fields.is_empty(), holders > 0 && others == 0) {
+        (true, _) => Ok(false),
+        (false, true) => Ok(true),
+        (false, false) => Err(Error::NotALock {
+            key: name.to_string(),
+        }),
     }
 }

@@ -96,6 +96,30 @@ pub fn channel_name(name: &str) -> String {
     prefixed("redisson_lock__channel", name)
 }
 
+/// This crate's event channel of the lock `name`: `rlock_events:{<name>}`. A force unlock
+/// publishes `force-unlock` there, so that an observer (`rlock watch`) can tell it from a
+/// release. No Redisson client listens to it, and nothing is stored under it.
+pub fn events_channel(name: &str) -> String {
+    prefixed("rlock_events", name)
+}
+
+/// The message a force unlock publishes on [`events_channel`].
+pub const FORCE_UNLOCK_EVENT: &str = "force-unlock";
+
+/// Whether a hash field has the shape of a lock holder's: `<client uuid>:<owner id>`,
+/// as this crate and Redisson write it (a writer's ends in `:write`). A hash is a lock
+/// only when it has at least one such field and no other field than a read-write lock's
+/// `mode` (`lua/lock_shape.lua` applies the same rule inside the scripts).
+pub fn is_holder_field(field: &str) -> bool {
+    let bytes = field.as_bytes();
+    bytes.len() > 37
+        && bytes[36] == b':'
+        && bytes[..36].iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
 /// The fencing token counter of the lock `name`: `redisson_lock_token:{<name>}`, the key
 /// Redisson's fenced lock uses.
 pub fn token_key(name: &str) -> String {
@@ -483,6 +507,7 @@ pub(crate) async fn force_release(conn: &Conn, name: &str, channel: &str) -> Res
         .call()
         .key(name)
         .key(channel)
+        .key(events_channel(name))
         .arg(UNLOCK_MESSAGE)
         .arg(conn.publish_command());
     one_or_zero(call, conn, name, "force unlock").await

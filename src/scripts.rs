@@ -38,10 +38,21 @@ impl LuaScript {
     }
 }
 
+/// A script that takes or deletes a lock, behind `lua/lock_shape.lua`, which tells a lock
+/// from a hash of application data.
+macro_rules! shaped {
+    ($file:literal) => {
+        concat!(
+            include_str!("../lua/lock_shape.lua"),
+            include_str!(concat!("../lua/", $file))
+        )
+    };
+}
+
 /// The acquire script (`lua/acquire.lua`).
 pub(crate) static ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
-        include_str!("../lua/acquire.lua"),
+        shaped!("acquire.lua"),
         |v| matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1)))),
     )
 });
@@ -56,15 +67,12 @@ pub(crate) static RENEW: Lazy<LuaScript> = Lazy::new(|| {
     )
 });
 /// The force-unlock script (`lua/force_unlock.lua`).
-pub(crate) static FORCE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(include_str!("../lua/force_unlock.lua"), |v| {
-        *v == Value::Int(1)
-    })
-});
+pub(crate) static FORCE_UNLOCK: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(shaped!("force_unlock.lua"), |v| *v == Value::Int(1)));
 /// The fair lock's acquire (`lua/fair_acquire.lua`).
 pub(crate) static FAIR_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
-        include_str!("../lua/fair_acquire.lua"),
+        shaped!("fair_acquire.lua"),
         |v| matches!(v, Value::Array(a) if !a.is_empty()),
     )
 });
@@ -73,7 +81,7 @@ pub(crate) static FAIR_UNLOCK: Lazy<LuaScript> =
     Lazy::new(|| LuaScript::new(include_str!("../lua/fair_unlock.lua"), |v| *v != Value::Nil));
 /// A fair lock's waiter leaving its queue, or a force unlock (`lua/fair_leave.lua`).
 pub(crate) static FAIR_LEAVE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/fair_leave.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(shaped!("fair_leave.lua"), |_| true));
 
 /// Takes semaphore permits (`lua/semaphore_acquire.lua`).
 pub(crate) static SEMAPHORE_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
@@ -123,14 +131,14 @@ pub(crate) static LATCH_SET: Lazy<LuaScript> = Lazy::new(|| {
 /// The read-write lock's read acquire (`lua/read_acquire.lua`).
 pub(crate) static READ_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
-        include_str!("../lua/read_acquire.lua"),
+        shaped!("read_acquire.lua"),
         |v| matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1)))),
     )
 });
 /// The read-write lock's write acquire (`lua/write_acquire.lua`).
 pub(crate) static WRITE_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
-        include_str!("../lua/write_acquire.lua"),
+        shaped!("write_acquire.lua"),
         |v| matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1)))),
     )
 });
@@ -151,11 +159,8 @@ pub(crate) static READ_RENEW: Lazy<LuaScript> = Lazy::new(|| {
     )
 });
 /// The read-write lock's force unlock (`lua/rw_force_unlock.lua`).
-pub(crate) static RW_FORCE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(include_str!("../lua/rw_force_unlock.lua"), |v| {
-        *v == Value::Int(1)
-    })
-});
+pub(crate) static RW_FORCE_UNLOCK: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(shaped!("rw_force_unlock.lua"), |v| *v == Value::Int(1)));
 
 /// Keys and arguments for one script call. Owns its data so the call can outlive the
 /// caller's future (a request finished in the background after its caller left).

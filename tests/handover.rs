@@ -498,7 +498,10 @@ fn a_retried_acquire_replays_its_grant_with_a_write() {
     // its own connection's writes, covers the first send's grant as well.
     let s = RedisServer::start();
     let mut conn = s.conn();
-    let script = redis::Script::new(include_str!("../lua/acquire.lua"));
+    let script = redis::Script::new(concat!(
+        include_str!("../lua/lock_shape.lua"),
+        include_str!("../lua/acquire.lua")
+    ));
     let run = |conn: &mut redis::Connection, lease: u64, flags: &str| -> redis::Value {
         script
             .key("acq-lua")
@@ -559,7 +562,10 @@ fn retried_grants_of_the_other_kinds_replay_with_a_write() {
             assert_eq!(replay, first, "the retry replays the first grant");
             assert_eq!(s.calls("pexpire"), writes + 1, "the replay wrote nothing");
         };
-    let write = redis::Script::new(include_str!("../lua/write_acquire.lua"));
+    let write = redis::Script::new(concat!(
+        include_str!("../lua/lock_shape.lua"),
+        include_str!("../lua/write_acquire.lua")
+    ));
     replay_writes(&mut conn, &|conn, lease, retry| {
         write
             .key("rw-lua")
@@ -582,7 +588,10 @@ fn retried_grants_of_the_other_kinds_replay_with_a_write() {
         "the lease was cut"
     );
 
-    let fair = redis::Script::new(include_str!("../lua/fair_acquire.lua"));
+    let fair = redis::Script::new(concat!(
+        include_str!("../lua/lock_shape.lua"),
+        include_str!("../lua/fair_acquire.lua")
+    ));
     replay_writes(&mut conn, &|conn, lease, retry| {
         fair.key("fair-lua")
             .key("redisson_lock_queue:{fair-lua}")

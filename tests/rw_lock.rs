@@ -270,7 +270,7 @@ async fn the_watchdog_keeps_a_read_lock_and_its_timeout_key() {
 }
 
 /// Redisson's read and write scripts (RedissonReadLock / RedissonWriteLock), retyped
-/// from their logic; the peer's holder is `peer:<thread>`.
+/// from their logic; the peer's holder is `<PEER_ID>:<thread>`.
 const PEER_READ_ACQUIRE: &str = r"
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
@@ -361,7 +361,10 @@ end
 return 1
 ";
 
-/// A Redisson client speaking the read-write lock's scripts, holder `peer:<thread>`.
+/// The Redisson peer's client id: a holder field is `<uuid>:<thread id>`, as Redisson's.
+const PEER_ID: &str = "5f0c1d2e-3a4b-4c5d-8e6f-7a8b9c0d1e2f";
+
+/// A Redisson client speaking the read-write lock's scripts, holder `<PEER_ID>:<thread>`.
 struct Peer {
     conn: redis::aio::MultiplexedConnection,
     name: String,
@@ -382,7 +385,7 @@ impl Peer {
 
     /// `None` when granted, else the PTTL.
     async fn read(&mut self, thread: u32, lease_ms: u64) -> Option<i64> {
-        let field = format!("peer:{thread}");
+        let field = format!("{PEER_ID}:{thread}");
         redis::Script::new(PEER_READ_ACQUIRE)
             .key(&self.name)
             .key(format!("{{{}}}:{field}:rwlock_timeout", self.name))
@@ -395,7 +398,7 @@ impl Peer {
     }
 
     async fn read_unlock(&mut self, thread: u32) -> Option<i64> {
-        let field = format!("peer:{thread}");
+        let field = format!("{PEER_ID}:{thread}");
         redis::Script::new(PEER_READ_UNLOCK)
             .key(&self.name)
             .key(format!("redisson_rwlock:{{{}}}", self.name))
@@ -412,7 +415,7 @@ impl Peer {
         redis::Script::new(PEER_WRITE_ACQUIRE)
             .key(&self.name)
             .arg(lease_ms)
-            .arg(format!("peer:{thread}:write"))
+            .arg(format!("{PEER_ID}:{thread}:write"))
             .invoke_async(&mut self.conn)
             .await
             .unwrap()
@@ -424,7 +427,7 @@ impl Peer {
             .key(format!("redisson_rwlock:{{{}}}", self.name))
             .arg("1")
             .arg(30_000)
-            .arg(format!("peer:{thread}:write"))
+            .arg(format!("{PEER_ID}:{thread}:write"))
             .invoke_async(&mut self.conn)
             .await
             .unwrap()

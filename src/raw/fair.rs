@@ -80,7 +80,8 @@ pub(crate) async fn fair_leave(
         .arg(flag(delete))
         .arg(UNLOCK_MESSAGE)
         .arg(conn.publish_command())
-        .arg(super::channel_name(name));
+        .arg(super::channel_name(name))
+        .arg(super::events_channel(name));
     super::one_or_zero(call, conn, name, "fair leave").await
 }
 

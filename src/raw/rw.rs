@@ -178,6 +178,7 @@ pub(crate) async fn force_release_rw(
         .call()
         .key(name)
         .key(channel)
+        .key(super::events_channel(name))
         .arg(mode)
         .arg(message)
         .arg(conn.publish_command());
