@@ -53,6 +53,13 @@ local function flag(letter)
     return string.find(flags, letter, 1, true) ~= nil
 end
 local publish = flag('s') and 'spublish' or 'publish'
+-- A write that only a hand-over, a direct grant or a hint needs goes through this: out
+-- of memory ('maxmemory', 'noeviction') Redis refuses it, and the release must then go
+-- on as a plain published one, which writes nothing that could be refused.
+local function try_write(...)
+    local reply = redis.pcall(...)
+    return not (type(reply) == 'table' and reply.err)
+end
 local me = string.sub(ARGV[2], 1, 36)
 -- A naming (see acquire.lua): its parts, or nil when it is not for this lock.
 local function naming(named)
@@ -112,7 +119,7 @@ if ARGV[5] ~= '' and flag('g') and turns then
         -- Another client waits: its turn comes before this client's next hand-over.
         -- Back in line even if the client was not there: its waiters need a place.
         redis.call('lrem', KEYS[5], 1, me)
-        redis.call('rpush', KEYS[5], me)
+        try_write('rpush', KEYS[5], me)
         gave_way = true
         -- The waiter the hand-over would have served sleeps on, and nothing else of
         -- this client asks Redis: named here, it can be granted the lock directly when
@@ -123,10 +130,11 @@ if ARGV[5] ~= '' and flag('g') and turns then
             if type(now) == 'table' and not now.err then
                 local until_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
                     + math.floor(tonumber(ARGV[6]) / 2)
-                redis.call('hset', KEYS[8], me, string.format('%d %s %s %s %s %d %s%s',
+                if try_write('hset', KEYS[8], me, string.format('%d %s %s %s %s %d %s%s',
                     until_ms, ARGV[6], fenced and 'F' or '-', flag('k') and 'k' or '-',
-                    string.match(flags, '#(%d+)') or '0', #KEYS[1], KEYS[1], ARGV[5]))
-                redis.call('pexpire', KEYS[8], string.format('%d', 2 * tonumber(ARGV[6])))
+                    string.match(flags, '#(%d+)') or '0', #KEYS[1], KEYS[1], ARGV[5])) then
+                    redis.call('pexpire', KEYS[8], string.format('%d', 2 * tonumber(ARGV[6])))
+                end
             end
         end
     end
@@ -156,10 +164,9 @@ if ARGV[5] ~= '' and not gave_way and not run_over then
             token = nil
         end
     end
-    if token then
-        -- The new holder's field first: if ACL refuses a write here, the lock is left
-        -- as it was rather than deleted with nobody told.
-        redis.call('hset', KEYS[1], ARGV[5], 1)
+    -- The new holder's field first: if a write is refused here (ACL, out of memory),
+    -- the lock is not deleted with nobody told; the release is published instead.
+    if token and try_write('hset', KEYS[1], ARGV[5], 1) then
         -- The next holder may be this very field: a hold given back in the background
         -- (a cancelled acquire's grant) while a later call of the same task sleeps on the
         -- name. The field then stays, with one hold, for that call.
@@ -216,8 +223,10 @@ local function grant_directly(client)
         end
     end
     -- The grant before its message: a write refused (out of memory) must not leave a
-    -- message for a grant that was never made.
-    redis.call('hset', KEYS[1], n.field, 1)
+    -- message for a grant that was never made, nor fail the release.
+    if not try_write('hset', KEYS[1], n.field, 1) then
+        return false
+    end
     local heard = redis.pcall(publish, own, token .. ' ' .. n.waiter .. ' ' .. n.field)
     if type(heard) ~= 'number' or heard < 1 then
         redis.call('hdel', KEYS[1], n.field)
@@ -253,7 +262,8 @@ end
 redis.call('del', KEYS[1])
 if next_client then
     redis.call('lpop', KEYS[5])
-    redis.call('set', KEYS[6], next_client, 'px', ARGV[7])
+    -- Only a hint for the waiters (2.6): out of memory, the release stands without it.
+    try_write('set', KEYS[6], next_client, 'px', ARGV[7])
 end
 if gave_way then
     return 3
