@@ -195,10 +195,21 @@ fn from_lua(v: &LuaValue) -> Reply {
     match v {
         LuaValue::Boolean(true) => Reply::Int(1),
         LuaValue::Integer(i) => Reply::Int(*i),
-        LuaValue::Number(n) => Reply::Int(*n as i64),
+        LuaValue::Number(n) => Reply::Int(c_cast(*n)),
         LuaValue::String(s) => Reply::bulk(s.as_bytes()),
         LuaValue::Table(t) => from_table(t),
         _ => Reply::Nil,
+    }
+}
+
+/// A Lua number as Redis 7.0 makes it an integer reply: C's `(long long)` cast, which
+/// truncates, and on x86-64 gives i64::MIN for NaN and anything out of range (Rust's
+/// `as` would saturate to i64::MAX instead).
+fn c_cast(n: f64) -> i64 {
+    if !(-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&n) {
+        i64::MIN
+    } else {
+        n as i64
     }
 }
 
