@@ -113,6 +113,14 @@ pub mod protocol {
         LATCH_ZERO_MESSAGE,
     };
     pub use crate::watchdog::BATCH as RENEW_BATCH;
+
+    /// The text the client sends for the script `lua/<file>` (`"acquire.lua"`, ...),
+    /// with the prelude those that take or delete a lock start with
+    /// (`lua/lock_shape.lua`); `None` for a file that is no script of the crate. For
+    /// tools and tests that run the scripts exactly as the client does.
+    pub fn script_source(file: &str) -> Option<&'static str> {
+        crate::scripts::source_of(file)
+    }
 }
 
 /// The crate's documents (`docs/*.md` in the repository), rendered with the API.

@@ -162,6 +162,38 @@ pub(crate) static READ_RENEW: Lazy<LuaScript> = Lazy::new(|| {
 pub(crate) static RW_FORCE_UNLOCK: Lazy<LuaScript> =
     Lazy::new(|| LuaScript::new(shaped!("rw_force_unlock.lua"), |v| *v == Value::Int(1)));
 
+/// The text the client sends for `lua/<file>`, prelude included (see [`shaped`]), for
+/// tools and tests that run the scripts as the client does.
+pub(crate) fn source_of(file: &str) -> Option<&'static str> {
+    let script: &'static LuaScript = match file {
+        "acquire.lua" => &ACQUIRE,
+        "unlock.lua" => &UNLOCK,
+        "renew.lua" => &RENEW,
+        "force_unlock.lua" => &FORCE_UNLOCK,
+        "fair_acquire.lua" => &FAIR_ACQUIRE,
+        "fair_unlock.lua" => &FAIR_UNLOCK,
+        "fair_leave.lua" => &FAIR_LEAVE,
+        "semaphore_acquire.lua" => &SEMAPHORE_ACQUIRE,
+        "semaphore_release.lua" => &SEMAPHORE_RELEASE,
+        "semaphore_set.lua" => &SEMAPHORE_SET,
+        "semaphore_drain.lua" => &SEMAPHORE_DRAIN,
+        "permit_acquire.lua" => &PERMIT_ACQUIRE,
+        "permit_release.lua" => &PERMIT_RELEASE,
+        "permit_update.lua" => &PERMIT_UPDATE,
+        "permit_available.lua" => &PERMIT_AVAILABLE,
+        "latch_count_down.lua" => &LATCH_COUNT_DOWN,
+        "latch_set.lua" => &LATCH_SET,
+        "read_acquire.lua" => &READ_ACQUIRE,
+        "write_acquire.lua" => &WRITE_ACQUIRE,
+        "read_unlock.lua" => &READ_UNLOCK,
+        "write_unlock.lua" => &WRITE_UNLOCK,
+        "read_renew.lua" => &READ_RENEW,
+        "rw_force_unlock.lua" => &RW_FORCE_UNLOCK,
+        _ => return None,
+    };
+    Some(script.source)
+}
+
 /// Keys and arguments for one script call. Owns its data so the call can outlive the
 /// caller's future (a request finished in the background after its caller left).
 ///

@@ -2,12 +2,13 @@
 //! compared ([`compare`]), and seeded sequences of script calls shaped as `src/` sends
 //! them ([`locks`], [`rw`], [`sync`], [`fuzz`]).
 
-/// A call of `lua/<name>.lua`, its source compiled in.
+/// A call of `lua/<name>.lua`, as the client sends it (its prelude included).
 macro_rules! script {
     ($name:literal) => {
         $crate::store_diff::twin::Call::new(
             concat!($name, ".lua"),
-            include_str!(concat!("../../lua/", $name, ".lua")),
+            redis_rlock::protocol::script_source(concat!($name, ".lua"))
+                .expect(concat!("no script ", $name)),
         )
     };
 }
