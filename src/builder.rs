@@ -31,6 +31,32 @@ impl ClientBuilder {
         self
     }
 
+    /// Names the client's connections for `CLIENT LIST`: each one says
+    /// `CLIENT SETNAME <name>:<uuid>` right after it connects, where `<uuid>` is
+    /// [`Client::id`](crate::Client::id), the first half of every holder field the client
+    /// writes (36 characters, always the last 36 of the connection's name). A lock held by
+    /// `<uuid>:<owner id>` then leads to its client's connections (`name=<name>:<uuid>`)
+    /// and their addresses. Default [`DEFAULT_CLIENT_NAME`](crate::DEFAULT_CLIENT_NAME)
+    /// (`rlock`).
+    ///
+    /// Named: the command connection, again after each reconnect (its next command names
+    /// it first), the connections of synced writes, and on Sentinel the short
+    /// connections that ask the sentinels and the master who the master is. Not named: the
+    /// pub/sub connection of a single server or a Sentinel master, as redis-rs's RESP2
+    /// subscriber can send no other command, and a cluster's connections. A server that
+    /// refuses `CLIENT SETNAME` (an ACL user without `CLIENT`) leaves the connections
+    /// unnamed; that is logged at debug level and the client works as usual.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`Error::InvalidConfig`](crate::Error::InvalidConfig) when `name` is
+    /// empty, longer than 64 bytes, or has anything but printable ASCII other than space
+    /// (Redis refuses spaces and newlines in connection names).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.config.name = name.into();
+        self
+    }
+
     /// The time allowed to open a connection (commands and pub/sub). Default 5 s.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.config.connect_timeout = timeout;

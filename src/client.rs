@@ -9,10 +9,11 @@ use uuid::Uuid;
 
 use crate::background::{Background, Signal};
 pub use crate::builder::ClientBuilder;
-use crate::config::{check_duration, Config, TlsSettings};
+use crate::config::{check_client_name, check_duration, Config, TlsSettings};
 pub use crate::config::{
-    Deployment, ReplicaSync, ShardedPubSub, SyncFailure, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW, DEFAULT_TURN_WINDOW, DEFAULT_WATCHDOG_TIMEOUT,
+    Deployment, ReplicaSync, ShardedPubSub, SyncFailure, DEFAULT_CLIENT_NAME,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW, DEFAULT_TURN_WINDOW,
+    DEFAULT_WATCHDOG_TIMEOUT,
 };
 use crate::connection::{connect_error, open_client, Conn};
 use crate::error::{Error, Result};
@@ -50,7 +51,8 @@ impl ClientBuilder {
     /// Cancel safe: a future dropped before it returns leaves no client; the services
     /// it started stop, and its connections close.
     pub async fn build(self) -> Result<Client> {
-        let config = self.config;
+        let mut config = self.config;
+        check_client_name(&config.name)?;
         check_duration("watchdog timeout", config.watchdog_timeout)?;
         if config.watchdog_timeout < Duration::from_millis(30) {
             return Err(Error::InvalidConfig(format!(
@@ -112,6 +114,8 @@ impl ClientBuilder {
         let background = Arc::new(Background::default());
         // Services started before a failure below must not outlive the failed build.
         let started = StopOnDrop(Some(background.clone()));
+        // Drawn before connecting: every connection is named with it.
+        config.id = Uuid::new_v4().to_string();
         let conn = Conn::connect(&self.deployment, &config, &runtime, &background).await?;
         // A connection may open and still have every command refused (no password where
         // one is required): ask once, so that it shows here, typed, not at the first lock.
@@ -123,7 +127,7 @@ impl ClientBuilder {
                 e => return Err(e),
             },
         }
-        let id = Uuid::new_v4().to_string();
+        let id = config.id.clone();
         let table = Arc::new(Table::new(config.watchdog_timeout, config.handover_window));
         let stats = Arc::new(Counters::default());
         let watchdog = Watchdog::start(
@@ -301,6 +305,8 @@ impl Client {
                 address_map: Vec::new(),
                 tls: TlsSettings::default(),
                 redis_client: None,
+                name: DEFAULT_CLIENT_NAME.to_string(),
+                id: String::new(),
             },
         }
     }

@@ -182,6 +182,20 @@ pub(crate) struct Config {
     /// A redis-rs client the caller already had (`Client::from_redis_client`): used for
     /// a single server's connections instead of opening the URL.
     pub(crate) redis_client: Option<redis::Client>,
+    /// The first part of every connection's name (`ClientBuilder::name`).
+    pub(crate) name: String,
+    /// The client's uuid, the first half of its holder fields and the end of its
+    /// connections' names. Empty in a builder: `build` draws it, so that two clients
+    /// built from clones of one builder never share it.
+    pub(crate) id: String,
+}
+
+impl Config {
+    /// What every connection of the client is named with `CLIENT SETNAME`:
+    /// `<name>:<uuid>` (`docs/protocol.md` 1.6).
+    pub(crate) fn connection_name(&self) -> String {
+        format!("{}:{}", self.name, self.id)
+    }
 }
 
 /// Certificates for `rediss://` connections, applied to every connection a client opens.
@@ -219,6 +233,32 @@ pub const DEFAULT_TURN_WINDOW: Duration = Duration::from_millis(10);
 
 /// Default time a waiting task keeps retrying through errors such as a failover.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
+
+/// Default for [`ClientBuilder::name`](crate::ClientBuilder::name): the first part of
+/// the name of every connection a client opens.
+pub const DEFAULT_CLIENT_NAME: &str = "rlock";
+
+/// Longest [`ClientBuilder::name`](crate::ClientBuilder::name) accepted, in bytes.
+const MAX_CLIENT_NAME_LEN: usize = 64;
+
+/// Checks a [`ClientBuilder::name`](crate::ClientBuilder::name): Redis refuses a
+/// connection name with a space or a control character (`CLIENT SETNAME`), and a failed
+/// `SETNAME` is only logged, so a bad name would silently leave connections unnamed.
+pub(crate) fn check_client_name(name: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::InvalidConfig(format!("client name {name:?} {why}")));
+    if name.is_empty() {
+        return bad("is empty");
+    }
+    if name.len() > MAX_CLIENT_NAME_LEN {
+        return bad(&format!("is longer than {MAX_CLIENT_NAME_LEN} bytes"));
+    }
+    if let Some(c) = name.chars().find(|c| !c.is_ascii_graphic()) {
+        return bad(&format!(
+            "has {c:?}: only printable ASCII other than space is allowed (Redis refuses spaces and newlines in connection names)"
+        ));
+    }
+    Ok(())
+}
 
 /// Longest lock name accepted, in bytes. Redis would take more, but a name this long is
 /// almost surely a bug, and every waiter and renewal would carry it.
@@ -269,5 +309,30 @@ pub(crate) fn without_password(url: &str) -> String {
             format!("{scheme}://{user}:***@{host}")
         }
         _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_names_are_printable_ascii_without_spaces() {
+        for ok in ["rlock", "orders-api", "svc:eu-1/pod_7", &"n".repeat(64)] {
+            assert!(check_client_name(ok).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "with space",
+            "tab\there",
+            "line\n",
+            "é",
+            &"n".repeat(65),
+        ] {
+            assert!(
+                matches!(check_client_name(bad), Err(Error::InvalidConfig(_))),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -11,12 +11,13 @@
 //!
 //! Replica sync sends `WAIT` in the same pipeline as the script, so it runs on the
 //! connection that made the write: `WAIT` only counts the calling connection's writes.
+//!
+//! Every connection opened here is named `<name>:<client uuid>` ([`named`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 use tokio::runtime::Handle;
@@ -29,6 +30,7 @@ use crate::slot::key_slot;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod lanes;
+mod named;
 mod open;
 mod replies;
 #[cfg(feature = "sentinel")]
@@ -37,6 +39,7 @@ mod sentinel;
 #[cfg(feature = "cluster")]
 use cluster::ClusterBackend;
 use lanes::Lanes;
+use named::NamedManager;
 #[cfg(feature = "cluster")]
 pub(crate) use open::cluster_client;
 pub(crate) use open::{connect_error, open_client};
@@ -59,7 +62,7 @@ pub(crate) struct Conn {
 #[allow(clippy::large_enum_variant)]
 enum Backend {
     Single {
-        manager: ConnectionManager,
+        manager: NamedManager,
         client: redis::Client,
         config: Config,
         lanes: Lanes<MultiplexedConnection>,
@@ -172,7 +175,7 @@ impl Conn {
     /// Sends one command and returns its reply; server errors become `Err`.
     pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         let reply = match &*self.backend {
-            Backend::Single { manager, .. } => manager.clone().send_packed_command(cmd).await,
+            Backend::Single { manager, .. } => manager.send(cmd).await,
             // Boxed: inline, their states would make every lock call's future as large
             // as the largest of them, and it is moved whole on its way to the runtime.
             #[cfg(feature = "cluster")]
@@ -291,7 +294,7 @@ impl Conn {
     async fn has_replicas(&self, key: &[u8]) -> bool {
         let role = redis::cmd("ROLE");
         let reply = match &*self.backend {
-            Backend::Single { manager: m, .. } => m.clone().send_packed_command(&role).await,
+            Backend::Single { manager: m, .. } => m.send(&role).await,
             #[cfg(feature = "sentinel")]
             Backend::Sentinel(s) => s.ask_role().await,
             #[cfg(feature = "cluster")]

@@ -2,11 +2,14 @@
 //! given the client's TLS certificates, so that commands, pub/sub, sentinels and cluster
 //! nodes all connect alike.
 
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, RedisError};
 
+use super::named::{set_name, watch_disconnects, NamedManager};
 use crate::config::{without_password, Config, TlsSettings};
 use crate::error::{Error, Result};
 
@@ -30,9 +33,11 @@ pub(super) async fn open_lane(
     let cfg = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(config.connect_timeout))
         .set_response_timeout(Some(config.response_timeout));
-    client
+    let mut conn = client
         .get_multiplexed_async_connection_with_config(&cfg)
-        .await
+        .await?;
+    set_name(&mut conn, &config.connection_name()).await;
+    Ok(conn)
 }
 
 fn bad_url(url: &str, e: RedisError) -> Error {
@@ -167,21 +172,35 @@ pub(crate) fn connect_error(e: RedisError, timeout: Duration) -> Error {
     Error::from_redis(e, "", timeout)
 }
 
+/// Opens the command connection to the server `client` names, named as
+/// [`super::named`] says.
 pub(super) async fn connect_manager(
     client: redis::Client,
     config: &Config,
-) -> Result<ConnectionManager> {
+) -> Result<NamedManager> {
     let limit = config.connect_timeout * 2 + config.response_timeout + Duration::from_millis(200);
-    tokio::time::timeout(
-        limit,
-        ConnectionManager::new_with_config(client, manager_config(config)),
-    )
-    .await
-    .map_err(|_| Error::Timeout {
-        op: "connect",
-        after: limit,
-    })?
-    .map_err(|e| connect_error(e, config.connect_timeout))
+    let unnamed = Arc::new(AtomicBool::new(false));
+    let mut manager_config = manager_config(config);
+    // Only RESP3 has disconnect pushes; redis-rs refuses a push sender without them.
+    if client
+        .get_connection_info()
+        .redis_settings()
+        .protocol()
+        .supports_resp3()
+    {
+        manager_config = manager_config.set_push_sender(watch_disconnects(unnamed.clone()));
+    }
+    let connect = async {
+        let manager = ConnectionManager::new_with_config(client, manager_config).await?;
+        Ok(NamedManager::new(manager, config.connection_name(), unnamed).await)
+    };
+    tokio::time::timeout(limit, connect)
+        .await
+        .map_err(|_| Error::Timeout {
+            op: "connect",
+            after: limit,
+        })?
+        .map_err(|e| connect_error(e, config.connect_timeout))
 }
 
 #[cfg(feature = "cluster")]

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
 
 use super::lanes::Lanes;
+use super::named::{named_query, NamedManager};
 #[cfg(feature = "tls-rustls")]
 use super::open::is_tls_failure;
 use super::open::{connect_error, connect_manager, open_client, open_lane};
@@ -45,7 +46,7 @@ pub(crate) struct SentinelMaster {
 struct MasterConn {
     addr: (String, u16),
     client: redis::Client,
-    manager: ConnectionManager,
+    manager: NamedManager,
     /// Synced writes, each with its `WAIT` on a connection of its own (see
     /// [`super::lanes`]); they go with the master they were opened to.
     lanes: Lanes<MultiplexedConnection>,
@@ -95,12 +96,7 @@ impl SentinelMaster {
     /// Asks the current master `ROLE`, keeping the replica count it reports.
     pub(super) async fn ask_role(&self) -> RedisResult<Value> {
         let role = redis::cmd("ROLE");
-        let reply = self
-            .current()
-            .manager
-            .clone()
-            .send_packed_command(&role)
-            .await;
+        let reply = self.current().manager.send(&role).await;
         if let Ok(Some(n)) = reply.as_ref().map(parse_master_role) {
             self.replicas.store(n, Ordering::Relaxed);
         }
@@ -125,8 +121,7 @@ impl SentinelMaster {
         let master = self.current();
         let reply = master
             .manager
-            .clone()
-            .send_packed_command(cmd)
+            .send(cmd)
             .await
             .and_then(|v| v.extract_error());
         match reply {
@@ -138,8 +133,7 @@ impl SentinelMaster {
                     let master = self.current();
                     return master
                         .manager
-                        .clone()
-                        .send_packed_command(cmd)
+                        .send(cmd)
                         .await
                         .and_then(|v| v.extract_error());
                 }
@@ -244,14 +238,21 @@ async fn ask_sentinels(
     let mut last_err = None;
     #[cfg_attr(not(feature = "tls-rustls"), allow(unused_mut))]
     let mut tls_failure: Option<RedisError> = None;
+    // Short-lived as they are, these connections are named too: the one asking the
+    // master shows in its `CLIENT LIST` every second.
+    let conn_name = config.connection_name();
     for sentinel in sentinels {
         let asked = async {
             let mut conn = sentinel.get_multiplexed_async_connection().await?;
-            let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+            let ask = redis::cmd("SENTINEL")
                 .arg("get-master-addr-by-name")
                 .arg(name)
-                .query_async(&mut conn)
-                .await?;
+                .clone();
+            let addr: Option<(String, u16)> = redis::from_redis_value(
+                named_query(&mut conn, &conn_name, &ask)
+                    .await?
+                    .extract_error()?,
+            )?;
             let Some(announced) = addr else {
                 return Ok(None);
             };
@@ -269,7 +270,9 @@ async fn ask_sentinels(
                 ))
             })?;
             let mut node_conn = node.get_multiplexed_async_connection().await?;
-            let role: Value = redis::cmd("ROLE").query_async(&mut node_conn).await?;
+            let role = named_query(&mut node_conn, &conn_name, &redis::cmd("ROLE"))
+                .await?
+                .extract_error()?;
             Ok::<_, RedisError>(parse_master_role(&role).map(|replicas| (addr, replicas)))
         };
         let limit = config.connect_timeout + config.response_timeout;
