@@ -11,31 +11,38 @@
 //!
 //! Exit codes: 0 done, 1 the lock was not there (`force-unlock`, `inspect`), 2 bad
 //! arguments, 3 Redis could not be reached or refused a command, 4 the key holds
-//! something else than a lock (a semaphore or latch, say: nothing is changed).
+//! something else than a lock (a semaphore's count, or a hash of application data:
+//! nothing is changed).
 //!
-//! A lock's kind is told from its keys: a hash with a `mode` field is a read-write lock
+//! A lock is a hash whose fields are holder fields `<uuid>:<id>` and, for a read-write
+//! lock, `mode` (`protocol::is_holder_field`). Its kind is told from its keys: a `mode` field is a read-write lock
 //! (its channel is `redisson_rwlock:{NAME}`), a name with a waiting queue
 //! (`redisson_lock_queue:{NAME}`) a fair lock, any other lock hash a plain one. Each is
 //! force-unlocked the way Redisson's `forceUnlock` of that kind does it.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use redis::aio::MultiplexedConnection;
-use redis_rlock::protocol::{channel_name, queue_key, rw_channel_name, token_key};
+use redis_rlock::protocol::{queue_key, token_key};
+use redis_rlock::Error;
 
+#[path = "rlock/clients.rs"]
+mod clients;
 #[path = "rlock/nodes.rs"]
 mod nodes;
 #[path = "rlock/snapshot.rs"]
 mod snapshot;
+#[path = "rlock/watch.rs"]
+mod watch;
 
 use nodes::{cluster_masters, connect, connect_client, slot_master};
 
-use snapshot::{describe, not_a_lock, snapshot, snapshot_json, ttl_text, Kind};
+use clients::Clients;
+use snapshot::{not_a_lock, snapshot, snapshot_json, ttl_text, Kind, Snapshot};
 
 /// Exit code: the key holds something else than a lock.
-const NOT_A_LOCK: u8 = 4;
+pub(crate) const NOT_A_LOCK: u8 = 4;
 
 #[derive(Parser)]
 #[command(
@@ -129,7 +136,9 @@ async fn main() -> ExitCode {
         Command::ForceUnlock { name } => {
             force_unlock(&mut conn, &url, &cli.cluster, name, cli.json).await
         }
-        Command::Watch { name, seconds } => watch(&url, &mut conn, name, *seconds, cli.json).await,
+        Command::Watch { name, seconds } => {
+            watch::watch(&url, &mut conn, name, *seconds, cli.json).await
+        }
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -192,16 +201,20 @@ async fn list_cluster(nodes: &[String], pattern: &str, json: bool) -> Result<u8,
             .map_err(|e| format!("cannot reach {url}: {e}"))?;
         rows.extend(lock_rows(&mut conn, pattern).await?);
     }
-    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
     print_rows(&rows, json);
     Ok(0)
 }
 
+/// One lock of a listing, with the clients connected to its server.
+struct Row {
+    name: String,
+    snapshot: Snapshot,
+    clients: std::rc::Rc<Clients>,
+}
+
 /// The lock hashes matching `pattern` that have holders.
-async fn lock_rows(
-    conn: &mut MultiplexedConnection,
-    pattern: &str,
-) -> Result<Vec<(String, snapshot::Snapshot)>, String> {
+async fn lock_rows(conn: &mut MultiplexedConnection, pattern: &str) -> Result<Vec<Row>, String> {
     let mut names = Vec::new();
     let mut cursor: u64 = 0;
     loop {
@@ -223,33 +236,48 @@ async fn lock_rows(
         }
     }
     names.sort();
+    let clients = std::rc::Rc::new(clients::connected(conn).await);
     let mut rows = Vec::new();
     for name in names {
-        let s = snapshot(conn, &name).await.map_err(|e| e.to_string())?;
-        if !s.holders.is_empty() {
-            rows.push((name, s));
+        let snapshot = snapshot(conn, &name).await.map_err(|e| e.to_string())?;
+        if snapshot.is_lock() {
+            let clients = clients.clone();
+            rows.push(Row {
+                name,
+                snapshot,
+                clients,
+            });
         }
     }
     Ok(rows)
 }
 
-fn print_rows(rows: &[(String, snapshot::Snapshot)], json: bool) {
+fn print_rows(rows: &[Row], json: bool) {
     if json {
-        let v: Vec<_> = rows.iter().map(|(n, s)| snapshot_json(n, s)).collect();
+        let v: Vec<_> = rows
+            .iter()
+            .map(|r| snapshot_json(&r.name, &r.snapshot, &r.clients))
+            .collect();
         println!("{}", serde_json::Value::Array(v));
-    } else {
-        for (name, s) in rows {
-            for (field, holds) in &s.holders {
-                let mode = s
-                    .mode
-                    .as_deref()
-                    .map(|m| format!(" ({m})"))
-                    .unwrap_or_default();
-                println!(
-                    "{name}{mode}\t{field}\tholds {holds}\tttl {}",
-                    ttl_text(s.ttl_ms)
-                );
-            }
+        return;
+    }
+    for Row {
+        name,
+        snapshot: s,
+        clients,
+    } in rows
+    {
+        for (field, holds) in &s.holders {
+            let mode = s
+                .mode
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default();
+            println!(
+                "{name}{mode}\t{field}\tholds {holds}\tttl {}\t{}",
+                ttl_text(s.ttl_ms),
+                clients::describe(clients, field)
+            );
         }
     }
 }
@@ -285,8 +313,9 @@ async fn inspect(conn: &mut MultiplexedConnection, name: &str, json: bool) -> Re
         .or_else(|_| Ok::<_, redis::RedisError>((Vec::new(), None, Vec::new())))
         .map_err(|e: redis::RedisError| e.to_string())?;
     let waiters = numsub.first().map_or(0, |(_, n)| *n);
+    let clients = clients::connected(conn).await;
     if json {
-        let mut v = snapshot_json(name, &s);
+        let mut v = snapshot_json(name, &s, &clients);
         v["kind"] = kind.label().into();
         v["channel"] = channel.clone().into();
         v["subscribers"] = waiters.into();
@@ -304,6 +333,7 @@ async fn inspect(conn: &mut MultiplexedConnection, name: &str, json: bool) -> Re
             }
             for (field, holds) in &s.holders {
                 println!("holder    {field} (holds {holds})");
+                println!("          {}", clients::describe(&clients, field));
             }
             println!("ttl       {}", ttl_text(s.ttl_ms));
         }
@@ -348,9 +378,18 @@ async fn force_unlock(
         (Kind::Fair, _) => client.fair_lock(name),
         (Kind::Plain, _) => client.lock(name),
     };
-    let deleted = lock.force_unlock().await.map_err(|e| e.to_string());
+    // The script checks the key again before it deletes: it may have stopped being a
+    // lock since the snapshot.
+    let deleted = lock.force_unlock().await;
     let _ = client.shutdown().await;
-    let deleted = deleted?;
+    let deleted = match deleted {
+        Ok(deleted) => deleted,
+        Err(e @ (Error::NotALock { .. } | Error::WrongType { .. })) => {
+            eprintln!("rlock: {name}: {e}");
+            return Ok(NOT_A_LOCK);
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     if json {
         println!("{}", serde_json::json!({"name": name, "deleted": deleted}));
     } else if deleted {
@@ -359,79 +398,4 @@ async fn force_unlock(
         println!("{name}: not held");
     }
     Ok(if deleted { 0 } else { 1 })
-}
-
-async fn watch(
-    url: &str,
-    conn: &mut MultiplexedConnection,
-    name: &str,
-    seconds: Option<u64>,
-    json: bool,
-) -> Result<u8, String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
-    // Both kinds of channel: the lock's kind may change while it is watched.
-    pubsub
-        .subscribe(&[channel_name(name), rw_channel_name(name)])
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut messages = pubsub.on_message();
-    let until = seconds.map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
-    let mut last = snapshot(conn, name).await.map_err(|e| e.to_string())?;
-    let mut last_waiters = -1;
-    let emit = |event: &str, detail: String| {
-        if json {
-            println!(
-                "{}",
-                serde_json::json!({"name": name, "event": event, "detail": detail})
-            );
-        } else {
-            println!("{name}\t{event}\t{detail}");
-        }
-    };
-    emit("state", describe(&last));
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    loop {
-        if until.is_some_and(|u| tokio::time::Instant::now() >= u) {
-            return Ok(0);
-        }
-        tokio::select! {
-            m = futures_util::StreamExt::next(&mut messages) => {
-                if let Some(m) = m {
-                    let payload: String = m.get_payload().unwrap_or_default();
-                    emit("published", format!("message {payload:?} (a release)"));
-                }
-            }
-            _ = tick.tick() => {}
-        }
-        let now = snapshot(conn, name).await.map_err(|e| e.to_string())?;
-        for (field, holds) in &now.holders {
-            match last.holders.get(field) {
-                None => emit("acquired", format!("{field} holds {holds}")),
-                Some(n) if n != holds => emit("holds", format!("{field} {n} -> {holds}")),
-                _ => {}
-            }
-        }
-        for field in last.holders.keys() {
-            if !now.holders.contains_key(field) {
-                emit("released", field.clone());
-            }
-        }
-        if now.holders == last.holders && now.ttl_ms > last.ttl_ms + 50 && last.ttl_ms > 0 {
-            emit("renewed", format!("ttl {}", ttl_text(now.ttl_ms)));
-        }
-        let waiters = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(Kind::of(&now).channel(name))
-            .query_async::<Vec<(String, i64)>>(conn)
-            .await
-            .ok()
-            .and_then(|v| v.first().map(|(_, n)| *n - 1))
-            .unwrap_or(0);
-        if waiters != last_waiters {
-            emit("waiters", format!("{waiters} other subscribed clients"));
-            last_waiters = waiters;
-        }
-        last = now;
-    }
 }

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use redis::aio::MultiplexedConnection;
-use redis_rlock::protocol::{channel_name, queue_key, rw_channel_name};
+
+use crate::clients::{self, Clients};
+use redis_rlock::protocol::{channel_name, is_holder_field, queue_key, rw_channel_name};
 
 /// What a lock hash holds, read in one go.
 #[derive(Default, PartialEq)]
@@ -16,20 +18,16 @@ pub(crate) struct Snapshot {
     pub(crate) holders: BTreeMap<String, i64>,
     /// A read-write lock's `mode` field.
     pub(crate) mode: Option<String>,
+    /// Fields that are neither a holder's nor `mode`: a hash with any is no lock.
+    pub(crate) other_fields: usize,
     pub(crate) ttl_ms: i64,
 }
 
-/// Whether a hash field looks like a holder: `<uuid>:<owner id>` (a write holder of a
-/// read-write lock ends in `:write`).
-fn is_holder_field(field: &str) -> bool {
-    let Some((uuid, rest)) = field.split_at_checked(36) else {
-        return false;
-    };
-    uuid.len() == 36
-        && uuid.bytes().filter(|b| *b == b'-').count() == 4
-        && uuid.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit())
-        && rest.starts_with(':')
-        && rest.len() > 1
+impl Snapshot {
+    /// A lock hash: holders, and no field but theirs and `mode`.
+    pub(crate) fn is_lock(&self) -> bool {
+        self.exists && self.other_fields == 0 && !self.holders.is_empty()
+    }
 }
 
 /// What kind of lock a snapshot shows.
@@ -86,6 +84,12 @@ pub(crate) async fn snapshot(
     } else {
         BTreeMap::new()
     };
+    // Deleted between the two reads: as if it were read gone.
+    let kind = if kind == "hash" && all.is_empty() {
+        "none".to_string()
+    } else {
+        kind
+    };
     let mut s = Snapshot {
         exists: kind == "hash",
         fair_queue: queue == 1,
@@ -97,9 +101,9 @@ pub(crate) async fn snapshot(
         if field == "mode" {
             s.mode = Some(value);
         } else if is_holder_field(&field) {
-            if let Ok(n) = value.parse() {
-                s.holders.insert(field, n);
-            }
+            s.holders.insert(field, value.parse().unwrap_or(0));
+        } else {
+            s.other_fields += 1;
         }
     }
     Ok(s)
@@ -113,12 +117,17 @@ pub(crate) fn ttl_text(ms: i64) -> String {
     }
 }
 
-pub(crate) fn snapshot_json(name: &str, s: &Snapshot) -> serde_json::Value {
+pub(crate) fn snapshot_json(name: &str, s: &Snapshot, clients: &Clients) -> serde_json::Value {
+    let holders: Vec<_> = s
+        .holders
+        .iter()
+        .map(|(f, n)| serde_json::json!({"field": f, "holds": n, "client": clients::json(clients, f)}))
+        .collect();
     serde_json::json!({
         "name": name,
         "exists": s.exists,
         "mode": s.mode,
-        "holders": s.holders.iter().map(|(f, n)| serde_json::json!({"field": f, "holds": n})).collect::<Vec<_>>(),
+        "holders": holders,
         "ttl_ms": if s.ttl_ms >= 0 { Some(s.ttl_ms) } else { None },
     })
 }
@@ -126,6 +135,9 @@ pub(crate) fn snapshot_json(name: &str, s: &Snapshot) -> serde_json::Value {
 /// The message for a key that is there but no lock; `None` for a lock or no key.
 pub(crate) fn not_a_lock(name: &str, s: &Snapshot) -> Option<String> {
     match s.key_type.as_str() {
+        "hash" if s.other_fields > 0 || s.holders.is_empty() => Some(format!(
+            "{name} is a hash whose fields are not a lock's (application data, say); nothing done"
+        )),
         "hash" | "none" | "" => None,
         "string" => Some(format!(
             "{name} is a string, not a lock (a semaphore's or latch's count, say); nothing done"
