@@ -43,9 +43,14 @@ impl ClientBuilder {
     /// it first), the connections of synced writes, and on Sentinel the short
     /// connections that ask the sentinels and the master who the master is. Not named: the
     /// pub/sub connection of a single server or a Sentinel master, as redis-rs's RESP2
-    /// subscriber can send no other command, and a cluster's connections. A server that
-    /// refuses `CLIENT SETNAME` (an ACL user without `CLIENT`) leaves the connections
-    /// unnamed; that is logged at debug level and the client works as usual.
+    /// subscriber can send no other command. On a cluster, redis-rs keeps a connection
+    /// per node inside each cluster connection and has no hook for when it opens one:
+    /// the node connections are named when the client opens a cluster connection (for
+    /// commands, synced writes or pub/sub), and a pub/sub one again when its channels are
+    /// subscribed again after it dropped, but one that redis-rs reopens on its own for
+    /// commands or synced writes (after a reconnect, or to a node that joined) has no name.
+    /// A server that refuses `CLIENT SETNAME` (an ACL user without `CLIENT`) leaves the
+    /// connections unnamed; that is logged at debug level and the client works as usual.
     ///
     /// # Errors
     ///

@@ -39,9 +39,11 @@ mod sentinel;
 #[cfg(feature = "cluster")]
 use cluster::ClusterBackend;
 use lanes::Lanes;
+#[cfg(feature = "cluster")]
+pub(crate) use named::setname;
 use named::NamedManager;
 #[cfg(feature = "cluster")]
-pub(crate) use open::cluster_client;
+pub(crate) use open::{cluster_client, connect_cluster};
 pub(crate) use open::{connect_error, open_client};
 use open::{connect_manager, open_lane};
 use replies::parse_master_role;

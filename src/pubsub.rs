@@ -231,7 +231,15 @@ impl PubSubHub {
                 };
                 background.service(
                     runtime,
-                    crate::pubsub::cluster::actor(weak, client, push_rx, rx, mode, timeouts),
+                    crate::pubsub::cluster::actor(
+                        weak,
+                        client,
+                        push_rx,
+                        rx,
+                        mode,
+                        timeouts,
+                        config.connection_name(),
+                    ),
                 );
             }
             Deployment::Single { url } => {

@@ -196,3 +196,59 @@ async fn sentinel_master_connections_are_named() {
     assert!(normal.iter().all(|n| *n == name), "{normal:?}");
     g.unlock().await.unwrap();
 }
+
+/// On a cluster: every node connection the client's cluster connections have when they
+/// connect (commands, lanes, pub/sub) at every node.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_node_connections_are_named() {
+    let topo = tokio::task::spawn_blocking(common::topology::ClusterTopology::start)
+        .await
+        .unwrap();
+    let c = Client::cluster(&topo.urls())
+        .name("cluster-test")
+        .build()
+        .await
+        .unwrap();
+    let lock = c.lock("cn:cluster");
+    let g = lock.lock().await.unwrap();
+    // A waiter of another task opens the pub/sub connection.
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    let owner = topo.master_of_slot(topo.keyslot("cn:cluster"));
+    let owner = topo.nodes.iter().find(|n| n.port == owner).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || !client_names(owner, "pubsub")
+            .is_empty())
+        .await
+    );
+    let name = format!("cluster-test:{}", c.id());
+    for node in &topo.nodes {
+        let (normal, pubsub) = (client_names(node, "normal"), client_names(node, "pubsub"));
+        eprintln!("{}: normal {normal:?} pubsub {pubsub:?}", node.port);
+        assert!(
+            normal.iter().chain(&pubsub).all(|n| *n == name),
+            "{normal:?} {pubsub:?}"
+        );
+    }
+    assert!(!client_names(owner, "normal").is_empty());
+    // The pub/sub connection dropped: its new connection is named again.
+    let killed: i64 = owner.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, 1);
+    let renamed = || {
+        let pubsub = client_names(owner, "pubsub");
+        !pubsub.is_empty() && pubsub.iter().all(|n| *n == name)
+    };
+    assert!(
+        eventually(Duration::from_secs(5), renamed).await,
+        "{:?}",
+        client_names(owner, "pubsub")
+    );
+    g.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was woken")
+        .unwrap();
+}

@@ -14,7 +14,7 @@ use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 use tokio::runtime::Handle;
 
 use super::lanes::Lanes;
-use super::open::{cluster_client, connect_error};
+use super::open::{cluster_client, connect_cluster, connect_error};
 use super::replies::{parse_master_role, Synced};
 use crate::background::Background;
 use crate::config::{Config, ShardedPubSub};
@@ -27,6 +27,8 @@ pub(super) struct ClusterBackend {
     replicas: Arc<ClusterReplicas>,
     client: ClusterClient,
     lanes: Lanes<ClusterConnection>,
+    /// What the lanes' node connections are named.
+    name: String,
 }
 
 /// How many healthy replicas serve each slot, from `CLUSTER SLOTS`, refreshed in the
@@ -85,7 +87,8 @@ impl ClusterBackend {
     ) -> Result<ClusterBackend> {
         let client = cluster_client(nodes, config, None)?;
         let limit = config.connect_timeout * 2 + config.response_timeout;
-        let conn = tokio::time::timeout(limit, client.get_async_connection())
+        let name = config.connection_name();
+        let conn = tokio::time::timeout(limit, connect_cluster(&client, &name))
             .await
             .map_err(|_| Error::Timeout {
                 op: "connect",
@@ -105,6 +108,7 @@ impl ClusterBackend {
             replicas,
             client,
             lanes: Lanes::new(),
+            name,
         })
     }
 
@@ -136,10 +140,12 @@ impl ClusterBackend {
         wrote: fn(&Value) -> bool,
         wait_cmd: Cmd,
     ) -> RedisResult<(Value, Synced)> {
-        let (replicas, client, lanes) = (&self.replicas, &self.client, &self.lanes);
+        let (replicas, lanes) = (&self.replicas, &self.lanes);
         // Both go to the slot's master over the lane's one connection per node, so
         // WAIT counts the write.
-        let mut lane = lanes.take(|| client.get_async_connection()).await?;
+        let mut lane = lanes
+            .take(|| connect_cluster(&self.client, &self.name))
+            .await?;
         let slot = key_slot(key);
         let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
         // The common case in one round trip: both to the slot's master as the

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, PushInfo, PushKind, RedisError, RedisResult, Value};
 
-fn setname(name: &str) -> Cmd {
+/// `CLIENT SETNAME <name>`.
+pub(crate) fn setname(name: &str) -> Cmd {
     redis::cmd("CLIENT").arg("SETNAME").arg(name).clone()
 }
 

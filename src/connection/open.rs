@@ -236,6 +236,18 @@ pub(crate) fn cluster_client(
         .map_err(|e| Error::InvalidConfig(format!("bad cluster configuration: {e}")))
 }
 
+/// A connection of `client` with every node connection it has so far named (redis-rs
+/// sends `CLIENT SETNAME` to all nodes). One it opens later on its own is not.
+#[cfg(feature = "cluster")]
+pub(crate) async fn connect_cluster(
+    client: &redis::cluster::ClusterClient,
+    name: &str,
+) -> redis::RedisResult<redis::cluster_async::ClusterConnection> {
+    let mut conn = client.get_async_connection().await?;
+    set_name(&mut conn, name).await;
+    Ok(conn)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,13 @@
 //! connection routes the channel to is a master, and if it is not, makes the
 //! connection refresh its slot map with a keyed read, which a replica does answer with
 //! `MOVED`.
+//!
+//! Its node connections are named (`docs/protocol.md` 1.6) when it connects. After a node
+//! connection drops, redis-rs opens the new one with no name: the nodes where channels are
+//! subscribed again are named once more, after their waiters are woken. Only those: a
+//! `CLIENT SETNAME` to every node also goes to the one that is down, and so tried, it held
+//! resubscription after a master kill up past 5 s in 2 runs of 7 (a failed request can
+//! make redis-rs rebuild its slot map, and every request on the connection waits for it).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -35,6 +42,7 @@ use tokio::sync::mpsc;
 
 use super::actor::{sleep_draining, until, with_queued};
 use super::{Command, HubShared, Mode};
+use crate::connection::{connect_cluster, setname};
 use crate::slot::key_slot;
 
 pub(super) async fn actor(
@@ -44,6 +52,7 @@ pub(super) async fn actor(
     mut rx: mpsc::UnboundedReceiver<Command>,
     mode: Mode,
     (connect_timeout, response_timeout): (Duration, Duration),
+    name: String,
 ) {
     let mut pending: Vec<Command> = match rx.recv().await {
         Some(c) => vec![c],
@@ -51,7 +60,7 @@ pub(super) async fn actor(
     };
     let mut backoff = Duration::from_millis(20);
     let conn = loop {
-        match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
+        match tokio::time::timeout(connect_timeout, connect_cluster(&client, &name)).await {
             Ok(Ok(c)) => break c,
             Ok(Err(e)) => tracing::warn!(error = %e, "cluster pub/sub connect failed"),
             Err(_) => tracing::warn!("cluster pub/sub connect timed out"),
@@ -67,6 +76,8 @@ pub(super) async fn actor(
         subscribed: HashSet::new(),
         retry: HashSet::new(),
         response_timeout,
+        name,
+        unnamed: false,
     };
     if let Some(shared) = weak.upgrade() {
         shared.connected.store(true, Ordering::SeqCst);
@@ -115,9 +126,34 @@ struct ClusterHub {
     /// Channels with waiters whose subscription was lost and must be made again.
     retry: HashSet<Arc<str>>,
     response_timeout: Duration,
+    /// What the node connections are named.
+    name: String,
+    /// A node connection dropped: the nodes of the channels subscribed again are to be
+    /// named (see the module docs).
+    unnamed: bool,
 }
 
 impl ClusterHub {
+    /// Names the masters of `slots` (where their channels were just subscribed, so they
+    /// answer), all at once, within one response timeout.
+    async fn name_nodes(&self, slots: HashSet<u16>) {
+        let named = slots.into_iter().map(|slot| {
+            let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+            let mut conn = self.conn.clone();
+            let setname = setname(&self.name);
+            async move {
+                let reply = conn
+                    .route_command(setname, RoutingInfo::SingleNode(route))
+                    .await;
+                if let Err(e) = reply.and_then(|v| v.extract_error()) {
+                    tracing::debug!(error = %e, slot, "CLIENT SETNAME failed; the connection stays unnamed");
+                }
+            }
+        });
+        let all = futures_util::future::join_all(named);
+        let _ = tokio::time::timeout(self.response_timeout, all).await;
+    }
+
     async fn subscribe(&mut self, channel: &str) -> Result<(), String> {
         let (mut conn, mode) = (self.conn.clone(), self.mode);
         let fut = async move {
@@ -263,6 +299,7 @@ impl ClusterHub {
                     self.subscribed.remove(&ch);
                     self.retry.insert(ch);
                 }
+                self.unnamed = true;
                 shared.disconnected();
                 shared.connected.store(true, Ordering::SeqCst);
                 shared.stats.count(crate::stats::Event::PubsubConnected);
@@ -275,6 +312,7 @@ impl ClusterHub {
         let retry: Vec<Arc<str>> = self.retry.drain().collect();
         // Channels of one slot are routed alike: one check per slot and pass.
         let mut at_master: HashMap<u16, bool> = HashMap::new();
+        let mut resubscribed: HashSet<u16> = HashSet::new();
         for ch in retry {
             let entry = shared.channels.lock().get(&ch).cloned();
             let Some(entry) = entry else { continue };
@@ -300,12 +338,17 @@ impl ClusterHub {
                     entry.confirmed(&ch);
                     // An unlock may have gone out while nobody listened.
                     entry.wake_all();
+                    resubscribed.insert(key_slot(ch.as_bytes()));
                 }
                 Err(e) => {
                     tracing::debug!(channel = %ch, error = %e, "cluster resubscribe failed; retrying");
                     self.retry.insert(ch);
                 }
             }
+        }
+        if self.unnamed {
+            self.name_nodes(resubscribed).await;
+            self.unnamed = !self.retry.is_empty();
         }
     }
 }
