@@ -10,7 +10,7 @@ use redis::{FromRedisValue, Value};
 
 use crate::connection::{Conn, Synced};
 use crate::error::{Error, Result};
-use crate::scripts::{ScriptCall, ACQUIRE, FORCE_UNLOCK, RENEW, UNLOCK};
+use crate::scripts::{ScriptCall, ACQUIRE, RENEW, UNLOCK};
 use crate::slot::{has_hash_tag, key_slot};
 
 /// The message published on a lock's channel when it is released (Redisson's
@@ -48,8 +48,10 @@ impl Kind {
 
 mod fair;
 mod flags;
+mod force;
 mod replies;
 mod rw;
+mod shape;
 mod turns;
 mod undo;
 
@@ -60,10 +62,13 @@ use undo::rollback;
 
 pub(crate) use fair::{fair_leave, waiter_channel, QUEUE_TIMEOUT as FAIR_QUEUE_TIMEOUT};
 pub use fair::{queue_key, timeout_key};
+pub(crate) use force::force_release;
+pub use force::{events_channel, FORCE_UNLOCK_EVENT};
 pub(crate) use rw::{
     clear_writer_mark, force_release_rw, renew_read, RW_CHANNEL_PREFIX, WRITER_MARK,
 };
 pub use rw::{read_turn_key, reader_key, rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
+pub use shape::is_holder_field;
 pub use turns::{clients_key, grant_channel, next_key, turn_key, turns_channel};
 pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl, withdraw_naming, NextNaming};
 
@@ -94,30 +99,6 @@ pub(crate) fn cluster_safe(name: &str) -> bool {
 /// The pub/sub channel of the lock `name`: `redisson_lock__channel:{<name>}`.
 pub fn channel_name(name: &str) -> String {
     prefixed("redisson_lock__channel", name)
-}
-
-/// This crate's event channel of the lock `name`: `rlock_events:{<name>}`. A force unlock
-/// publishes `force-unlock` there, so that an observer (`rlock watch`) can tell it from a
-/// release. No Redisson client listens to it, and nothing is stored under it.
-pub fn events_channel(name: &str) -> String {
-    prefixed("rlock_events", name)
-}
-
-/// The message a force unlock publishes on [`events_channel`].
-pub const FORCE_UNLOCK_EVENT: &str = "force-unlock";
-
-/// Whether a hash field has the shape of a lock holder's: `<client uuid>:<owner id>`,
-/// as this crate and Redisson write it (a writer's ends in `:write`). A hash is a lock
-/// only when it has at least one such field and no other field than a read-write lock's
-/// `mode` (`lua/lock_shape.lua` applies the same rule inside the scripts).
-pub fn is_holder_field(field: &str) -> bool {
-    let bytes = field.as_bytes();
-    bytes.len() > 37
-        && bytes[36] == b':'
-        && bytes[..36].iter().enumerate().all(|(i, b)| match i {
-            8 | 13 | 18 | 23 => *b == b'-',
-            _ => b.is_ascii_hexdigit(),
-        })
 }
 
 /// The fencing token counter of the lock `name`: `redisson_lock_token:{<name>}`, the key
@@ -500,17 +481,6 @@ pub(crate) async fn one_or_zero(
         Ok(n) => Ok(n == 1),
         Err(_) => Err(unexpected(what, &reply)),
     }
-}
-
-pub(crate) async fn force_release(conn: &Conn, name: &str, channel: &str) -> Result<bool> {
-    let call = FORCE_UNLOCK
-        .call()
-        .key(name)
-        .key(channel)
-        .key(events_channel(name))
-        .arg(UNLOCK_MESSAGE)
-        .arg(conn.publish_command());
-    one_or_zero(call, conn, name, "force unlock").await
 }
 
 /// Runs a plain command that reads the lock's key.
