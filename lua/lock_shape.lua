@@ -1,22 +1,41 @@
 -- Prepended to every script that takes or deletes a lock: whether a hash is a lock.
--- A lock's fields are holder fields of Redisson's shape, '<client uuid>:<owner id>'
--- (a writer's ends in ':write'), plus a read-write lock's 'mode'; at least one holder.
--- Anything else at the name is application data, never to be written or deleted.
-local HOLDER_FIELD = '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x:.'
--- true or false; nil when an ACL refuses HKEYS and the fields cannot be read.
+-- A lock has at least one holder and nothing else but a read-write lock's 'mode' ('read'
+-- or 'write'). A holder is a field '<uuid>:<owner>' whose value is a positive count; the
+-- owner is a thread id ('-' allowed), 'thread-<n>' or 'scope-<n>', and a writer's field
+-- ends in ':write' (src/raw/shape.rs states the same rule). Anything else at the name is
+-- application data, never to be written or deleted.
+local UUID = '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x:'
+local function is_holder(field, value)
+    if not string.find(field, UUID) or not string.find(value, '^%d+$')
+        or tonumber(value) < 1 then
+        return false
+    end
+    local owner = string.sub(field, 38)
+    if string.sub(owner, -6) == ':write' then
+        owner = string.sub(owner, 1, -7)
+    end
+    return string.find(owner, '^%-?%d+$') ~= nil or string.find(owner, '^thread%-%d+$') ~= nil
+        or string.find(owner, '^scope%-%d+$') ~= nil
+end
+-- true or false; nil when an ACL refuses HGETALL and the hash cannot be read.
 local function is_lock(key)
-    local fields = redis.pcall('hkeys', key)
-    if fields.err then
-        if string.sub(fields.err, 1, 9) == 'WRONGTYPE' then
-            error(fields)
+    local all = redis.pcall('hgetall', key)
+    if all.err then
+        if string.sub(all.err, 1, 9) == 'WRONGTYPE' then
+            error(all)
         end
         return nil
     end
     local holders = 0
-    for _, field in ipairs(fields) do
-        if string.find(field, HOLDER_FIELD) then
+    for i = 1, #all, 2 do
+        local field, value = all[i], all[i + 1]
+        if field == 'mode' then
+            if value ~= 'read' and value ~= 'write' then
+                return false
+            end
+        elseif is_holder(field, value) then
             holders = holders + 1
-        elseif field ~= 'mode' then
+        else
             return false
         end
     end
@@ -30,7 +49,7 @@ end
 local function refuse_unless_lock(key)
     local shape = is_lock(key)
     if shape == nil then
-        return redis.error_reply('NOPERM a force unlock reads the hash fields (HKEYS) to tell a lock from data')
+        return redis.error_reply('NOPERM a force unlock reads the hash (HGETALL) to tell a lock from data')
     elseif shape ~= true then
         return not_a_lock(key)
     end

@@ -1,5 +1,6 @@
 //! Reading a lock's state without taking it: the queries of [`Lock`].
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -9,8 +10,8 @@ use crate::raw::{self, Kind};
 impl Lock {
     /// Whether anyone holds the lock now. One round trip, bounded by the response
     /// timeout. A hash of other fields at the name is no lock: it answers
-    /// [`Error::NotALock`], not `true`. For a half of a read-write lock, whether the lock is held in that half's
-    /// mode (as Redisson's: `read().is_locked()` is false while a writer holds it).
+    /// [`Error::NotALock`], not `true` (`protocol::is_lock_hash` gives the rule). For a
+    /// half of a read-write lock, whether the lock is held in that half's mode (as Redisson's: `read().is_locked()` is false while a writer holds it).
     ///
     /// # Errors
     ///
@@ -28,30 +29,34 @@ impl Lock {
     pub async fn is_locked(&self) -> Result<bool> {
         self.target().check_usable()?;
         let target = self.target();
-        let mode = match target.kind {
-            Kind::Read => "read",
-            Kind::Write => "write",
-            Kind::Plain | Kind::Fair => {
-                let reply = raw::query(
-                    &target.inner().conn,
-                    &target.name,
-                    redis::cmd("HKEYS").arg(&*target.name).clone(),
-                )
-                .await?;
-                let fields: Vec<String> =
-                    redis::from_redis_value(reply).map_err(|e| Error::Redis(e.into()))?;
-                return held_by_fields(&target.name, &fields);
-            }
-        };
         let reply = raw::query(
             &target.inner().conn,
             &target.name,
-            redis::cmd("HGET").arg(&*target.name).arg("mode").clone(),
+            redis::cmd("HGETALL").arg(&*target.name).clone(),
         )
         .await?;
-        let held: Option<String> =
-            redis::from_redis_value(reply).map_err(|e| Error::Redis(e.into()))?;
-        Ok(held.as_deref() == Some(mode))
+        // Bytes: a field that is not UTF-8 is data, not a reason for a decoding error.
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = redis::from_redis_value::<BTreeMap<_, _>>(reply)
+            .map_err(|e| Error::Redis(e.into()))?
+            .into_iter()
+            .collect();
+        if entries.is_empty() {
+            return Ok(false);
+        }
+        if !raw::is_lock_hash(&entries) {
+            return Err(Error::NotALock {
+                key: target.name.to_string(),
+            });
+        }
+        let mode = entries
+            .iter()
+            .find(|(f, _)| f == b"mode")
+            .map(|(_, v)| &v[..]);
+        Ok(match target.kind {
+            Kind::Read => mode == Some(b"read"),
+            Kind::Write => mode == Some(b"write"),
+            Kind::Plain | Kind::Fair => true,
+        })
     }
 
     /// Whether the calling task (or thread) holds the lock.
@@ -137,19 +142,5 @@ impl Lock {
             ms if ms < 0 => Some(Duration::MAX),
             ms => Some(Duration::from_millis(ms as u64)),
         })
-    }
-}
-
-/// Whether a lock hash with these fields is held: `Ok(false)` when there are none, and
-/// [`Error::NotALock`] when they are not a lock's.
-fn held_by_fields(name: &str, fields: &[String]) -> Result<bool> {
-    let holders = fields.iter().filter(|f| raw::is_holder_field(f)).count();
-    let others = fields.iter().filter(|f| *f != "mode").count() - holders;
-    match (fields.is_empty(), holders > 0 && others == 0) {
-        (true, _) => Ok(false),
-        (false, true) => Ok(true),
-        (false, false) => Err(Error::NotALock {
-            key: name.to_string(),
-        }),
     }
 }

@@ -68,7 +68,7 @@ pub(crate) use rw::{
     clear_writer_mark, force_release_rw, renew_read, RW_CHANNEL_PREFIX, WRITER_MARK,
 };
 pub use rw::{read_turn_key, reader_key, rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
-pub use shape::is_holder_field;
+pub use shape::{is_holder_field, is_lock_hash};
 pub use turns::{clients_key, grant_channel, next_key, turn_key, turns_channel};
 pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl, withdraw_naming, NextNaming};
 

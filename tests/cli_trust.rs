@@ -155,15 +155,26 @@ async fn inspect_names_the_holders_client_until_its_process_dies() {
     assert_eq!(v["holders"][0]["client"]["connected"], false, "{json}");
 }
 
+/// `detail` without the " (client NAME at ADDR)" that follows a holder's field.
+fn without_clients(detail: &str) -> String {
+    let mut rest = detail;
+    let mut out = String::new();
+    while let Some(at) = rest.find(" (client ") {
+        out.push_str(&rest[..at]);
+        rest = rest[at..].split_once(')').map_or("", |(_, after)| after);
+    }
+    out + rest
+}
+
 /// The watch's lines that are events, as (event, detail).
 fn events(out: &str) -> Vec<(String, String)> {
     out.lines()
         .filter_map(|l| {
             let mut parts = l.splitn(3, '\t');
             let (_, event, detail) = (parts.next()?, parts.next()?, parts.next()?);
-            Some((event.to_string(), detail.to_string()))
+            Some((event.to_string(), without_clients(detail)))
         })
-        .filter(|(e, _)| e != "waiters" && e != "renewed" && e != "holds")
+        .filter(|(e, _)| e != "subscribers" && e != "renewed" && e != "holds")
         .collect()
 }
 

@@ -324,7 +324,14 @@ async fn inspect(conn: &mut MultiplexedConnection, name: &str, json: bool) -> Re
         println!("{v}");
     } else {
         println!("lock      {name}");
-        println!("kind      {}", kind.label());
+        println!(
+            "kind      {}",
+            if s.exists {
+                kind.label()
+            } else {
+                "none (no key)"
+            }
+        );
         if !s.exists {
             println!("state     not held");
         } else {
@@ -357,8 +364,7 @@ async fn force_unlock(
 ) -> Result<u8, String> {
     let s = snapshot(conn, name).await.map_err(|e| e.to_string())?;
     if let Some(msg) = not_a_lock(name, &s) {
-        eprintln!("rlock: {msg}");
-        return Ok(NOT_A_LOCK);
+        return Ok(refused(name, &msg, json));
     }
     // The library's own force unlock of the lock's kind: it deletes only a lock hash and
     // publishes that kind's message on that kind's channel in the same script, so
@@ -385,8 +391,7 @@ async fn force_unlock(
     let deleted = match deleted {
         Ok(deleted) => deleted,
         Err(e @ (Error::NotALock { .. } | Error::WrongType { .. })) => {
-            eprintln!("rlock: {name}: {e}");
-            return Ok(NOT_A_LOCK);
+            return Ok(refused(name, &format!("{name}: {e}"), json));
         }
         Err(e) => return Err(e.to_string()),
     };
@@ -398,4 +403,14 @@ async fn force_unlock(
         println!("{name}: not held");
     }
     Ok(if deleted { 0 } else { 1 })
+}
+
+/// A force unlock refused because the key is no lock: said on stderr, and in JSON too.
+fn refused(name: &str, msg: &str, json: bool) -> u8 {
+    eprintln!("rlock: {msg}");
+    if json {
+        let v = serde_json::json!({"name": name, "deleted": false, "lock": false, "error": msg});
+        println!("{v}");
+    }
+    NOT_A_LOCK
 }

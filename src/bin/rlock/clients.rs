@@ -88,8 +88,9 @@ pub(crate) fn describe(clients: &Clients, field: &str) -> String {
             c.connections,
             if c.connections == 1 { "" } else { "s" }
         ),
-        (Some(_), None) => "client not connected (no connection carries its id: its process \
-                            died, or it is not a redis-rlock client)"
+        (Some(_), None) => "client not connected: no connection carries its id now (its \
+                            process died; or its connection dropped and it has sent nothing \
+                            since; or it is not a redis-rlock client)"
             .to_string(),
     }
 }

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use redis::aio::MultiplexedConnection;
 
 use crate::clients::{self, Clients};
-use redis_rlock::protocol::{channel_name, is_holder_field, queue_key, rw_channel_name};
+use redis_rlock::protocol::{
+    channel_name, is_holder_field, is_lock_hash, queue_key, rw_channel_name,
+};
 
 /// What a lock hash holds, read in one go.
 #[derive(Default, PartialEq)]
@@ -18,15 +20,17 @@ pub(crate) struct Snapshot {
     pub(crate) holders: BTreeMap<String, i64>,
     /// A read-write lock's `mode` field.
     pub(crate) mode: Option<String>,
-    /// Fields that are neither a holder's nor `mode`: a hash with any is no lock.
+    /// Fields that are neither a holder's nor `mode`.
     pub(crate) other_fields: usize,
+    /// The hash follows a lock's rule (`protocol::is_lock_hash`): fields and values.
+    pub(crate) lock_shaped: bool,
     pub(crate) ttl_ms: i64,
 }
 
 impl Snapshot {
     /// A lock hash: holders, and no field but theirs and `mode`.
     pub(crate) fn is_lock(&self) -> bool {
-        self.exists && self.other_fields == 0 && !self.holders.is_empty()
+        self.exists && self.lock_shaped
     }
 }
 
@@ -78,8 +82,9 @@ pub(crate) async fn snapshot(
         .arg(queue_key(name))
         .query_async(conn)
         .await?;
-    // Only a hash is read as one: HGETALL of another type fails.
-    let all: BTreeMap<String, String> = if kind == "hash" {
+    // Only a hash is read as one: HGETALL of another type fails. Bytes: a field that is
+    // not UTF-8 is data, not a reason to stop.
+    let all: BTreeMap<Vec<u8>, Vec<u8>> = if kind == "hash" {
         redis::cmd("HGETALL").arg(name).query_async(conn).await?
     } else {
         BTreeMap::new()
@@ -97,11 +102,18 @@ pub(crate) async fn snapshot(
         ttl_ms: ttl,
         ..Default::default()
     };
-    for (field, value) in all {
+    let entries: Vec<_> = all.into_iter().collect();
+    s.lock_shaped = is_lock_hash(&entries);
+    for (field, value) in entries {
+        let (field, value) = (
+            String::from_utf8_lossy(&field),
+            String::from_utf8_lossy(&value),
+        );
         if field == "mode" {
-            s.mode = Some(value);
+            s.mode = Some(value.into_owned());
         } else if is_holder_field(&field) {
-            s.holders.insert(field, value.parse().unwrap_or(0));
+            s.holders
+                .insert(field.into_owned(), value.parse().unwrap_or(0));
         } else {
             s.other_fields += 1;
         }
@@ -135,8 +147,8 @@ pub(crate) fn snapshot_json(name: &str, s: &Snapshot, clients: &Clients) -> serd
 /// The message for a key that is there but no lock; `None` for a lock or no key.
 pub(crate) fn not_a_lock(name: &str, s: &Snapshot) -> Option<String> {
     match s.key_type.as_str() {
-        "hash" if s.other_fields > 0 || s.holders.is_empty() => Some(format!(
-            "{name} is a hash whose fields are not a lock's (application data, say); nothing done"
+        "hash" if !s.lock_shaped => Some(format!(
+            "{name} is a hash that is not a lock (its fields or values are not a lock's: application data, say); nothing done"
         )),
         "hash" | "none" | "" => None,
         "string" => Some(format!(

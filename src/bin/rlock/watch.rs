@@ -6,13 +6,18 @@
 //! announced on `rlock_events:{NAME}` is a force unlock; a holder gone with no unlock
 //! message, while its TTL was about to run out, a lease that expired. Holders that left
 //! are always told before holders that came, so no two events read as an overlap.
+//!
+//! It samples: holds that begin and end between two readings are not seen, and `a` and
+//! `{a}` share one channel, so a release of one can be heard while watching the other.
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis_rlock::protocol::{channel_name, events_channel, rw_channel_name, FORCE_UNLOCK_EVENT};
+use tokio::time::Instant;
 
+use crate::clients;
 use crate::snapshot::{describe, not_a_lock, snapshot, ttl_text, Kind, Snapshot};
 use crate::NOT_A_LOCK;
 
@@ -25,8 +30,6 @@ const EXPIRY_SLACK_MS: i64 = 3 * TICK.as_millis() as i64;
 struct Heard {
     releases: usize,
     forced: bool,
-    /// Readings since the first of these messages that showed no change.
-    readings: u32,
 }
 
 /// Prints events until `seconds` have passed (or forever).
@@ -55,20 +58,17 @@ pub(crate) async fn watch(
         .await
         .map_err(|e| e.to_string())?;
     let mut messages = pubsub.on_message();
-    let until = seconds.map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
-    let out = Out { name, json };
-    out.emit("state", describe(&last));
+    // Far enough to mean "never", near enough not to overflow the clock.
+    let until = Instant::now() + Duration::from_secs(seconds.unwrap_or(100 * 365 * 86_400));
+    let mut w = Watcher {
+        out: Out { name, json },
+        pending: None,
+    };
+    w.out.emit("state", describe(&last));
     let mut heard = Heard::default();
-    let mut pending = None;
-    let mut last_waiters = -1;
+    let mut last_subscribers = -1;
     let mut tick = tokio::time::interval(TICK);
     loop {
-        if until.is_some_and(|u| tokio::time::Instant::now() >= u) {
-            if let Some(from) = pending {
-                out.emit("released", from);
-            }
-            return Ok(0);
-        }
         tokio::select! {
             m = messages.next() => {
                 if let Some(m) = m {
@@ -77,12 +77,17 @@ pub(crate) async fn watch(
                 continue;
             }
             _ = tick.tick() => {}
+            _ = tokio::time::sleep_until(until) => {
+                w.flush();
+                return Ok(0);
+            }
         }
         let now = snapshot(conn, name).await.map_err(|e| e.to_string())?;
         // Messages of the change just read may still be on their way on the other
-        // connection: a short quiet spell on it says they are all in.
-        let quiet = Duration::from_millis(if holders_left(&last, &now) { 50 } else { 5 });
-        while let Ok(Some(m)) = tokio::time::timeout(quiet, messages.next()).await {
+        // connection: wait for them a little, but never long on a busy lock.
+        let quiet = if w.holders_left(&last, &now) { 50 } else { 5 };
+        let drain_until = Instant::now() + Duration::from_millis(quiet);
+        while let Ok(Some(m)) = tokio::time::timeout_at(drain_until, messages.next()).await {
             hear(
                 &mut heard,
                 m.get_channel_name(),
@@ -90,17 +95,18 @@ pub(crate) async fn watch(
                 m.get_payload().ok(),
             );
         }
-        // A message can come before the reading that shows its change: it is kept until
-        // a change uses it, or for a few readings.
-        if now.holders != last.holders || heard.readings >= 3 || pending.is_some() {
-            step(&out, &last, &now, &std::mem::take(&mut heard), &mut pending);
-        } else if heard.releases > 0 || heard.forced {
-            heard.readings += 1;
+        // A message is kept one reading at most, for a change it came before.
+        if w.step(conn, &last, &now, &heard).await || now.holders == last.holders {
+            heard = Heard::default();
         }
-        let waiters = other_subscribers(conn, &Kind::of(&now).channel(name)).await;
-        if waiters != last_waiters {
-            out.emit("waiters", format!("{waiters} other subscribed clients"));
-            last_waiters = waiters;
+        let subscribers = other_subscribers(conn, &Kind::of(&now).channel(name)).await;
+        if subscribers != last_subscribers {
+            let detail = format!(
+                "{subscribers} connections subscribed besides this watch (clients with \
+                 waiters, or that had some, and other observers)"
+            );
+            w.out.emit("subscribers", detail);
+            last_subscribers = subscribers;
         }
         last = now;
     }
@@ -114,94 +120,124 @@ fn hear(heard: &mut Heard, channel: &str, events: &str, payload: Option<String>)
     }
 }
 
-fn holders_left(last: &Snapshot, now: &Snapshot) -> bool {
-    last.holders.keys().any(|f| !now.holders.contains_key(f))
+struct Watcher<'a> {
+    out: Out<'a>,
+    /// A release that left the lock free, held back one reading: if the next shows
+    /// one new holder, the two are one hand-over (the waiter took a moment to come in).
+    pending: Option<String>,
 }
 
-/// The events between two readings: holders that left first, then those that came.
-/// A release that leaves the lock free is held back one reading: if the next shows one
-/// new holder, the two are one hand-over (the waiter took a moment to come in).
-fn step(out: &Out, last: &Snapshot, now: &Snapshot, heard: &Heard, pending: &mut Option<String>) {
-    if let (Some(msg), false) = (not_a_lock("", now), not_a_lock("", last).is_some()) {
-        out.emit("not-a-lock", msg.trim_start().to_string());
+impl Watcher<'_> {
+    fn holders_left(&self, last: &Snapshot, now: &Snapshot) -> bool {
+        last.holders.keys().any(|f| !now.holders.contains_key(f))
     }
-    let left: Vec<&String> = last
-        .holders
-        .keys()
-        .filter(|f| !now.holders.contains_key(*f))
-        .collect();
-    let came: Vec<&String> = now
-        .holders
-        .keys()
-        .filter(|f| !last.holders.contains_key(*f))
-        .collect();
-    if let Some(from) = pending.take() {
-        if let ([], [to]) = (left.as_slice(), came.as_slice()) {
-            out.emit("handover", format!("{from} -> {to}"));
-            return;
+
+    fn flush(&mut self) {
+        if let Some(from) = self.pending.take() {
+            self.out.emit("released", from);
         }
-        out.emit("released", from);
     }
-    let expired = heard.releases == 0 && last.ttl_ms >= 0 && last.ttl_ms <= EXPIRY_SLACK_MS;
-    match (left.as_slice(), came.as_slice()) {
-        _ if heard.forced && !left.is_empty() => {
-            out.emit(
-                "force-unlock",
-                format!("deleted by force while held by {}", list(&left)),
-            );
+
+    /// The events between two readings, holders that left first; whether the heard
+    /// messages were used.
+    async fn step(
+        &mut self,
+        conn: &mut MultiplexedConnection,
+        last: &Snapshot,
+        now: &Snapshot,
+        heard: &Heard,
+    ) -> bool {
+        if let (Some(msg), None) = (not_a_lock("", now), not_a_lock("", last)) {
+            self.out.emit("not-a-lock", msg.trim_start().to_string());
         }
-        ([from], [to]) if !expired => {
-            out.emit("handover", format!("{from} -> {to}"));
-            return;
-        }
-        ([from], []) if heard.releases > 0 && now.holders.is_empty() => {
-            *pending = Some(from.to_string());
-        }
-        _ => {
-            for field in &left {
-                leave(out, field, last, heard, expired);
+        let left: Vec<&String> = keys_not_in(last, now);
+        let came: Vec<&String> = keys_not_in(now, last);
+        let clients = match came.is_empty() {
+            true => None,
+            false => clients::connected(conn).await,
+        };
+        let with_client = |f: &str| match clients::of_holder(&clients, f) {
+            Some(c) => format!("{f} (client {} at {})", c.name, c.addr),
+            None => f.to_string(),
+        };
+        // Readers share the lock: one leaving as another comes is no hand-over.
+        let shared = now.mode.as_deref() == Some("read") || last.mode.as_deref() == Some("read");
+        if let Some(from) = self.pending.take() {
+            match came.as_slice() {
+                [to] if left.is_empty() && **to != from && !shared => {
+                    self.out
+                        .emit("handover", format!("{from} -> {}", with_client(to)));
+                    return true;
+                }
+                _ => self.out.emit("released", from),
             }
         }
+        let expired = heard.releases == 0 && last.ttl_ms >= 0 && last.ttl_ms <= EXPIRY_SLACK_MS;
+        match (left.as_slice(), came.as_slice()) {
+            _ if heard.forced && !left.is_empty() => {
+                let from = list(&left);
+                self.out.emit(
+                    "force-unlock",
+                    format!("deleted by force while held by {from}"),
+                );
+            }
+            ([from], [to]) if !expired && !shared => {
+                self.out
+                    .emit("handover", format!("{from} -> {}", with_client(to)));
+                return true;
+            }
+            ([from], []) if heard.releases > 0 && now.holders.is_empty() => {
+                self.pending = Some(from.to_string());
+            }
+            _ => {
+                for field in &left {
+                    self.leave(field, last, now, heard, expired);
+                }
+            }
+        }
+        for field in &came {
+            let holds = now.holders[*field];
+            self.out
+                .emit("acquired", format!("{} holds {holds}", with_client(field)));
+        }
+        self.counts_and_renewal(last, now);
+        !left.is_empty() || !came.is_empty()
     }
-    for field in &came {
-        out.emit("acquired", format!("{field} holds {}", now.holders[*field]));
-    }
-    for (field, holds) in &now.holders {
-        match last.holders.get(field) {
-            Some(n) if n != holds => out.emit("holds", format!("{field} {n} -> {holds}")),
-            _ => {}
+
+    fn leave(&self, field: &str, last: &Snapshot, now: &Snapshot, heard: &Heard, expired: bool) {
+        // A fair unlock tells only the next waiter, on its own channel, and a reader
+        // that leaves others reading tells nobody: silence is normal there.
+        let silent_kind = Kind::of(last) != Kind::Plain || !now.holders.is_empty();
+        if heard.releases > 0 || (silent_kind && !expired) {
+            self.out.emit("released", field.to_string());
+        } else if expired {
+            let ttl = ttl_text(last.ttl_ms);
+            self.out.emit(
+                "expired",
+                format!("{field}: its lease ran out (ttl was {ttl})"),
+            );
+        } else {
+            // A plain lock always publishes its release; a fair lock freed with nobody
+            // in its queue looks the same as a DEL by hand.
+            self.out.emit(
+                "released",
+                format!("{field} (no unlock message: a fair unlock with nobody waiting, or a DEL by hand)"),
+            );
         }
     }
-    if now.holders == last.holders && now.ttl_ms > last.ttl_ms + 50 && last.ttl_ms > 0 {
-        out.emit("renewed", format!("ttl {}", ttl_text(now.ttl_ms)));
-    }
-}
 
-fn leave(out: &Out, field: &str, last: &Snapshot, heard: &Heard, expired: bool) {
-    if heard.releases > 0 {
-        out.emit("released", field.to_string());
-    } else if expired {
-        out.emit(
-            "expired",
-            format!(
-                "{field}: its lease ran out (ttl was {})",
-                ttl_text(last.ttl_ms)
-            ),
-        );
-    } else {
-        out.emit(
-            "deleted",
-            format!("{field}: gone with no unlock message (a DEL?); waiters were not woken"),
-        );
+    fn counts_and_renewal(&self, last: &Snapshot, now: &Snapshot) {
+        for (field, holds) in &now.holders {
+            match last.holders.get(field) {
+                Some(n) if n != holds => self.out.emit("holds", format!("{field} {n} -> {holds}")),
+                _ => {}
+            }
+        }
+        if now.holders == last.holders && now.ttl_ms > last.ttl_ms + 50 && last.ttl_ms > 0 {
+            self.out
+                .emit("renewed", format!("ttl {}", ttl_text(now.ttl_ms)));
+        }
     }
-}
-
-fn list(fields: &[&String]) -> String {
-    fields
-        .iter()
-        .map(|f| f.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 async fn other_subscribers(conn: &mut MultiplexedConnection, channel: &str) -> i64 {
@@ -213,6 +249,21 @@ async fn other_subscribers(conn: &mut MultiplexedConnection, channel: &str) -> i
         .ok()
         .and_then(|v| v.first().map(|(_, n)| *n - 1))
         .unwrap_or(0)
+}
+
+fn keys_not_in<'a>(a: &'a Snapshot, b: &Snapshot) -> Vec<&'a String> {
+    a.holders
+        .keys()
+        .filter(|f| !b.holders.contains_key(*f))
+        .collect()
+}
+
+fn list(fields: &[&String]) -> String {
+    fields
+        .iter()
+        .map(|f| f.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 struct Out<'a> {
