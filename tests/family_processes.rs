@@ -251,7 +251,7 @@ fn fair_lock_across_processes_excludes_and_serves_in_order() {
     let s = RedisServer::start();
     finish(run_children(&s, "fair"));
     let log: Vec<String> = s.cmd(&["LRANGE", "log:fair", "0", "-1"]);
-    let mut grants: Vec<(u64, u64)> = log
+    let grants: Vec<(u64, u64)> = log
         .iter()
         .map(|l| {
             let (a, g) = l.split_once(':').unwrap();
