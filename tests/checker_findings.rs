@@ -27,6 +27,45 @@ end
 return redis.call('pttl', KEYS[1])
 "#;
 
+/// Redisson's `RLock` unlock (`RedissonLock.unlockInnerAsync`), as in
+/// `tests/mc/redisson.rs`.
+const REDISSON_UNLOCK: &str = r#"
+local done = redis.call('get', KEYS[3])
+if done ~= false then
+    return tonumber(done)
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if left > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[4], KEYS[2], ARGV[1])
+redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+return 1
+"#;
+
+const REDISSON_FIELD: &str = "aaaaaaaa-aaaa-4aaa-8aaa-000000000000:1";
+
+fn redisson_acquire(s: &RedisServer) -> Value {
+    let args = ["3000".to_string(), REDISSON_FIELD.into()];
+    eval(s, REDISSON_ACQUIRE, &[LOCK.into()], &args)
+}
+
+fn redisson_unlock(s: &RedisServer) -> Value {
+    let keys = [
+        LOCK.to_string(),
+        channel_name(LOCK),
+        format!("redisson_unlock_latch:{{{LOCK}}}:r0"),
+    ];
+    let args = ["0", "3000", REDISSON_FIELD, "publish", "4000"].map(String::from);
+    eval(s, REDISSON_UNLOCK, &keys, &args)
+}
+
 fn id(c: usize) -> String {
     format!("cccccccc-cccc-4ccc-8ccc-{c:012}")
 }
@@ -139,4 +178,74 @@ fn finding_4_a_short_join_cuts_the_places_of_others() {
     );
     assert!(line <= 4000 && names <= 4000, "cut to 4 s: {line}, {names}");
     assert!(lock > 5000, "while the lock has {lock} ms left (finding 4)");
+}
+
+/// Finding 1 (`direct_chain`): client 0 holds, a Redisson `tryLock()` poller is answered
+/// busy, client 1 waits (named); client 0's unlock grants client 1 directly, client 0's
+/// second task waits (named), client 1's unlock grants it directly. The lock is never
+/// free, nothing is published on its channel, and every try of the poller is busy: it
+/// is passed over by every grant. Flips when a poller gets a free moment (or the grant)
+/// within the bound.
+#[test]
+fn finding_1_direct_grants_pass_a_poller_over() {
+    let s = RedisServer::start();
+    let _c0 = listen(&s, 0);
+    let _c1 = listen(&s, 1);
+    let polled_busy = |s: &RedisServer| matches!(redisson_acquire(s), Value::Int(_));
+    assert!(granted(&acquire(&s, 0, 0, 3000, "fwd#1", 1)));
+    assert!(polled_busy(&s));
+    assert!(busy(&acquire(&s, 1, 0, 3000, "fwd#1", 1)));
+    assert_eq!(unlock(&s, 0, 0, "d", 2), Value::Int(4), "granted directly");
+    assert!(polled_busy(&s), "passed over once");
+    assert!(busy(&acquire(&s, 0, 1, 3000, "fwd#2", 3)));
+    assert_eq!(
+        unlock(&s, 1, 0, "d", 2),
+        Value::Int(4),
+        "granted directly back"
+    );
+    assert!(
+        polled_busy(&s),
+        "passed over twice, the lock never free (finding 1)"
+    );
+}
+
+/// The turn left over (found by the checker, `two_and_waiter`): client 1 is given the
+/// turn by client 0's published release, but a Redisson waiter (which ignores turns)
+/// takes the lock; client 1's attempt is busy and joins the line again; after the
+/// Redisson unlock, client 1 takes the lock on its turn and stays in line (the turn's
+/// branch skips the leave of `l`); its own unlock then gives the turn to itself. A turn
+/// key names a client that waits for nothing. Flips when a grant on a turn takes the
+/// client out of the line as `l` asks.
+#[test]
+fn a_turn_is_left_to_a_client_that_waits_for_nothing() {
+    let s = RedisServer::start();
+    let _c0 = listen(&s, 0);
+    let _c1 = listen(&s, 1);
+    assert!(granted(&acquire(&s, 0, 0, 3000, "fwd#1", 1)));
+    assert!(matches!(redisson_acquire(&s), Value::Int(_)));
+    // The Redisson waiter subscribes after its busy answer.
+    let mut r0 = s.conn();
+    redis::cmd("SUBSCRIBE")
+        .arg(channel_name(LOCK))
+        .exec(&mut r0)
+        .unwrap();
+    assert!(busy(&acquire(&s, 1, 0, 3000, "fwd#1", 1)));
+    assert_eq!(
+        unlock(&s, 0, 0, "d", 2),
+        Value::Int(1),
+        "published, with client 1's turn"
+    );
+    assert_eq!(redisson_acquire(&s), Value::Nil, "Redisson takes it anyway");
+    assert!(busy(&acquire(&s, 1, 0, 3000, "fwdal#2", 2)));
+    assert_eq!(redisson_unlock(&s), Value::Int(1));
+    assert!(granted(&acquire(&s, 1, 0, 3000, "fwdal#3", 3)));
+    assert_eq!(unlock(&s, 1, 0, "d", 4), Value::Int(1));
+    let turn: Option<String> = s.cmd(&["GET", &turn_key(LOCK)]);
+    assert_eq!(
+        turn,
+        Some(id(1)),
+        "the turn goes to the client that just released"
+    );
+    let line: Vec<String> = s.cmd(&["LRANGE", &clients_key(LOCK), "0", "-1"]);
+    assert!(line.is_empty(), "and nobody waits");
 }

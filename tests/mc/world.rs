@@ -346,15 +346,35 @@ impl Model for Checked {
             .store
             .live()
             .map(|(k, e)| {
-                let ttl = e.expires_at.map(|t| t as i64 - s.now() as i64);
-                format!(
-                    "{} = {:?} (PTTL {ttl:?})",
-                    String::from_utf8_lossy(k),
-                    e.value
-                )
+                let ttl = e.expires_at.map_or(-1, |t| t as i64 - s.now() as i64);
+                format!("{} = {} (PTTL {ttl})", text(k), show(&e.value))
             })
             .collect();
-        format!("keys {keys:?}")
+        format!("keys [{}]", keys.join(", "))
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A value as text, for traces.
+fn show(v: &crate::checker::store::Value) -> String {
+    use crate::checker::store::Value;
+    match v {
+        Value::Str(s) => text(s),
+        Value::Hash(h) => {
+            let f: Vec<String> = h
+                .iter()
+                .map(|(k, v)| format!("{}: {}", text(k), text(v)))
+                .collect();
+            format!("{{{}}}", f.join(", "))
+        }
+        Value::List(l) => {
+            let items: Vec<String> = l.iter().map(|i| text(i)).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::ZSet(z) => format!("{z:?}"),
     }
 }
 
