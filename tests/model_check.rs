@@ -254,3 +254,31 @@ fn seeded_join_counting_down_shortens_places() {
         PLACES,
     );
 }
+
+/// Pairs of fault classes: a lost reply with a lost message, and with a crash. The turn
+/// left over (its lost-reply form) is all they find.
+#[test]
+fn fault_pairs_keep_every_property_but_the_turn() {
+    let pairs = [
+        (
+            "small + lost reply + lost message",
+            Faults {
+                lost_replies: 1,
+                lost_messages: 1,
+                ..Faults::default()
+            },
+        ),
+        (
+            "small + lost reply + crash",
+            Faults {
+                lost_replies: 1,
+                crashes: 1,
+                ..Faults::default()
+            },
+        ),
+    ];
+    for (name, faults) in pairs {
+        let r = run(name, configs::small_with(faults));
+        assert!(broken(&r).iter().all(|p| *p == CLEAN), "{name}");
+    }
+}
