@@ -1,0 +1,251 @@
+//! The counterexamples of the model checker (`tests/model_check.rs`), replayed on a real
+//! redis-server: the same script calls, with the keys, arguments and flags of the trace
+//! (leases in seconds instead of model milliseconds, so that real time does not matter),
+//! and the same subscriptions. Each test asserts the bad outcome the checker found, so
+//! each passes today; each flips (fails) once its finding is fixed, and is then turned
+//! into a test of the fix.
+
+mod common;
+
+use common::RedisServer;
+use redis::Value;
+use redis_rlock::protocol::{
+    channel_name, clients_key, grant_channel, next_key, script_source, token_key, turn_key,
+    turns_channel,
+};
+
+const LOCK: &str = "lock";
+
+/// Redisson's `RLock` acquire (`RedissonLock.tryLockInnerAsync`), as the checker's
+/// Redisson actors send it (`tests/mc/redisson.rs`).
+const REDISSON_ACQUIRE: &str = r#"
+if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+return redis.call('pttl', KEYS[1])
+"#;
+
+/// Redisson's `RLock` unlock (`RedissonLock.unlockInnerAsync`), as in
+/// `tests/mc/redisson.rs`.
+const REDISSON_UNLOCK: &str = r#"
+local done = redis.call('get', KEYS[3])
+if done ~= false then
+    return tonumber(done)
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if left > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[4], KEYS[2], ARGV[1])
+redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+return 1
+"#;
+
+const REDISSON_FIELD: &str = "aaaaaaaa-aaaa-4aaa-8aaa-000000000000:1";
+
+fn redisson_acquire(s: &RedisServer) -> Value {
+    let args = ["3000".to_string(), REDISSON_FIELD.into()];
+    eval(s, REDISSON_ACQUIRE, &[LOCK.into()], &args)
+}
+
+fn redisson_unlock(s: &RedisServer) -> Value {
+    let keys = [
+        LOCK.to_string(),
+        channel_name(LOCK),
+        format!("redisson_unlock_latch:{{{LOCK}}}:r0"),
+    ];
+    let args = ["0", "3000", REDISSON_FIELD, "publish", "4000"].map(String::from);
+    eval(s, REDISSON_UNLOCK, &keys, &args)
+}
+
+fn id(c: usize) -> String {
+    format!("cccccccc-cccc-4ccc-8ccc-{c:012}")
+}
+
+fn field(c: usize, t: usize) -> String {
+    format!("{}:{}", id(c), t + 1)
+}
+
+fn eval(s: &RedisServer, src: &str, keys: &[String], args: &[String]) -> Value {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(src).arg(keys.len()).arg(keys).arg(args);
+    cmd.query(&mut s.conn()).expect("EVAL")
+}
+
+/// `acquire.lua` as the checker's client model sends it for client c's task t.
+fn acquire(s: &RedisServer, c: usize, t: usize, lease_ms: u64, flags: &str, req: u32) -> Value {
+    let keys = vec![
+        LOCK.to_string(),
+        token_key(LOCK),
+        format!("redisson_acquire_latch:{{{LOCK}}}:c{c}n{req}"),
+        clients_key(LOCK),
+        turn_key(LOCK),
+        next_key(LOCK),
+    ];
+    let args = [&lease_ms.to_string(), &field(c, t), "4000", "2000", flags];
+    let src = script_source("acquire.lua").expect("acquire.lua");
+    eval(s, src, &keys, &args.map(String::from))
+}
+
+/// `unlock.lua` releasing client c's task t's one hold, with no hand-over.
+fn unlock(s: &RedisServer, c: usize, t: usize, flags: &str, req: u32) -> Value {
+    let keys = vec![
+        LOCK.to_string(),
+        channel_name(LOCK),
+        format!("redisson_unlock_latch:{{{LOCK}}}:c{c}n{req}"),
+        token_key(LOCK),
+        clients_key(LOCK),
+        turn_key(LOCK),
+        turns_channel(LOCK),
+        next_key(LOCK),
+    ];
+    let args = ["0", &field(c, t), "4000", "1", "", "0", "2000", flags];
+    let src = script_source("unlock.lua").expect("unlock.lua");
+    eval(s, src, &keys, &args.map(String::from))
+}
+
+/// Client c's subscriptions as the checker has them: the lock's channel, the turns
+/// channel and its own grant channel. Kept while the returned connection lives.
+fn listen(s: &RedisServer, c: usize) -> redis::Connection {
+    let mut conn = s.conn();
+    let mut cmd = redis::cmd("SUBSCRIBE");
+    cmd.arg(channel_name(LOCK))
+        .arg(turns_channel(LOCK))
+        .arg(grant_channel(LOCK, &id(c)));
+    cmd.exec(&mut conn).expect("SUBSCRIBE");
+    conn
+}
+
+fn granted(v: &Value) -> bool {
+    matches!(v, Value::Array(items) if items.first() == Some(&Value::Int(1)))
+}
+
+fn busy(v: &Value) -> bool {
+    matches!(v, Value::Array(items) if items.first() == Some(&Value::Int(0)))
+}
+
+/// Finding 2 (`keep_naming` in the checker): client 0 holds, client 1's two tasks wait
+/// (the second named with `k`: the other still waits), client 0 unlocks with `d`. The
+/// direct grant's LPOP empties the line and deletes the key, and its RPUSH makes it anew
+/// without a TTL. Flips when the line keeps a TTL after a direct grant.
+#[test]
+fn finding_2_a_direct_grant_leaves_the_line_without_ttl() {
+    let s = RedisServer::start();
+    let _c0 = listen(&s, 0);
+    let _c1 = listen(&s, 1);
+    assert!(granted(&acquire(&s, 0, 0, 3000, "fwd#1", 1)));
+    assert!(busy(&acquire(&s, 1, 0, 3000, "fwd#1", 1)));
+    assert!(busy(&acquire(&s, 1, 1, 3000, "fwdk#2", 2)));
+    assert_eq!(unlock(&s, 0, 0, "d", 2), Value::Int(4), "granted directly");
+    let pttl: i64 = s.cmd(&["PTTL", &clients_key(LOCK)]);
+    assert_eq!(pttl, -1, "the line has no TTL (finding 2)");
+}
+
+/// Finding 4 (`short_join`): a holder with a 6 s lease, a waiter of client 0 with a 6 s
+/// lease joins the line (TTL 12 s), then one of client 1 with a 2 s lease: the line's
+/// and the namings' TTL drop to 4 s while the lock has 6 s left. Flips when a join no
+/// longer shortens them.
+#[test]
+fn finding_4_a_short_join_cuts_the_places_of_others() {
+    let s = RedisServer::start();
+    let _c0 = listen(&s, 0);
+    let _c1 = listen(&s, 1);
+    let holder = [
+        "6000".to_string(),
+        "aaaaaaaa-aaaa-4aaa-8aaa-000000000000:1".into(),
+    ];
+    assert_eq!(
+        eval(&s, REDISSON_ACQUIRE, &[LOCK.into()], &holder),
+        Value::Nil
+    );
+    assert!(busy(&acquire(&s, 0, 0, 6000, "fwd#1", 1)));
+    let line_before: i64 = s.cmd(&["PTTL", &clients_key(LOCK)]);
+    assert!(busy(&acquire(&s, 1, 0, 2000, "fwd#1", 1)));
+    let line: i64 = s.cmd(&["PTTL", &clients_key(LOCK)]);
+    let names: i64 = s.cmd(&["PTTL", &next_key(LOCK)]);
+    let lock: i64 = s.cmd(&["PTTL", LOCK]);
+    assert!(
+        line_before > 11_000,
+        "client 0 joined for 12 s: {line_before}"
+    );
+    assert!(line <= 4000 && names <= 4000, "cut to 4 s: {line}, {names}");
+    assert!(lock > 5000, "while the lock has {lock} ms left (finding 4)");
+}
+
+/// Finding 1 (`direct_chain`): client 0 holds, a Redisson `tryLock()` poller is answered
+/// busy, client 1 waits (named); client 0's unlock grants client 1 directly, client 0's
+/// second task waits (named), client 1's unlock grants it directly. The lock is never
+/// free, nothing is published on its channel, and every try of the poller is busy: it
+/// is passed over by every grant. Flips when a poller gets a free moment (or the grant)
+/// within the bound.
+#[test]
+fn finding_1_direct_grants_pass_a_poller_over() {
+    let s = RedisServer::start();
+    let _c0 = listen(&s, 0);
+    let _c1 = listen(&s, 1);
+    let polled_busy = |s: &RedisServer| matches!(redisson_acquire(s), Value::Int(_));
+    assert!(granted(&acquire(&s, 0, 0, 3000, "fwd#1", 1)));
+    assert!(polled_busy(&s));
+    assert!(busy(&acquire(&s, 1, 0, 3000, "fwd#1", 1)));
+    assert_eq!(unlock(&s, 0, 0, "d", 2), Value::Int(4), "granted directly");
+    assert!(polled_busy(&s), "passed over once");
+    assert!(busy(&acquire(&s, 0, 1, 3000, "fwd#2", 3)));
+    assert_eq!(
+        unlock(&s, 1, 0, "d", 2),
+        Value::Int(4),
+        "granted directly back"
+    );
+    assert!(
+        polled_busy(&s),
+        "passed over twice, the lock never free (finding 1)"
+    );
+}
+
+/// The turn left over (found by the checker, `two_and_waiter`): client 1 is given the
+/// turn by client 0's published release, but a Redisson waiter (which ignores turns)
+/// takes the lock; client 1's attempt is busy and joins the line again; after the
+/// Redisson unlock, client 1 takes the lock on its turn and stays in line (the turn's
+/// branch skips the leave of `l`); its own unlock then gives the turn to itself. A turn
+/// key names a client that waits for nothing. Flips when a grant on a turn takes the
+/// client out of the line as `l` asks.
+#[test]
+fn a_turn_is_left_to_a_client_that_waits_for_nothing() {
+    let s = RedisServer::start();
+    let _c0 = listen(&s, 0);
+    let _c1 = listen(&s, 1);
+    assert!(granted(&acquire(&s, 0, 0, 3000, "fwd#1", 1)));
+    assert!(matches!(redisson_acquire(&s), Value::Int(_)));
+    // The Redisson waiter subscribes after its busy answer.
+    let mut r0 = s.conn();
+    redis::cmd("SUBSCRIBE")
+        .arg(channel_name(LOCK))
+        .exec(&mut r0)
+        .unwrap();
+    assert!(busy(&acquire(&s, 1, 0, 3000, "fwd#1", 1)));
+    assert_eq!(
+        unlock(&s, 0, 0, "d", 2),
+        Value::Int(1),
+        "published, with client 1's turn"
+    );
+    assert_eq!(redisson_acquire(&s), Value::Nil, "Redisson takes it anyway");
+    assert!(busy(&acquire(&s, 1, 0, 3000, "fwdal#2", 2)));
+    assert_eq!(redisson_unlock(&s), Value::Int(1));
+    assert!(granted(&acquire(&s, 1, 0, 3000, "fwdal#3", 3)));
+    assert_eq!(unlock(&s, 1, 0, "d", 4), Value::Int(1));
+    let turn: Option<String> = s.cmd(&["GET", &turn_key(LOCK)]);
+    assert_eq!(
+        turn,
+        Some(id(1)),
+        "the turn goes to the client that just released"
+    );
+    let line: Vec<String> = s.cmd(&["LRANGE", &clients_key(LOCK), "0", "-1"]);
+    assert!(line.is_empty(), "and nobody waits");
+}

@@ -1,0 +1,479 @@
+//! A model of a client of this crate on one plain lock: the decisions `src/acquire.rs`,
+//! `src/acquire/waiting.rs`, `src/attempt.rs`, `src/release.rs`, `src/handover.rs` and
+//! `src/line.rs` make, and the keys, arguments and flags `src/raw.rs` sends for them to
+//! the real `lua/acquire.lua` and `lua/unlock.lua`. It is a model of the decisions, not
+//! the client's code: issue 24's sans-IO core will let the checker drive the real one.
+//!
+//! Simplifications, each a place where the model may miss what the client does:
+//! - A request runs and is answered in one step (no time between send and execution,
+//!   no late replies, no reordering across connections); a lost reply is the only
+//!   request fault. A lost request is retried once with `r`, as the client's first
+//!   retry; it is never given up (`ATTEMPTS` is 3, the budgets here are at most 2).
+//! - Every task waits (`lock()` with an explicit lease, no watchdog, no `try_lock`), one
+//!   hold per task at a time, no re-entry: every acquire carries `f`, `w`, `d` with the
+//!   waiter number (task index + 1), and `a` once an earlier attempt named it.
+//! - A task that starts while others of its client sleep asks Redis anyway (the client
+//!   queues it behind them without asking: `Handover::behind`); no early subscription.
+//! - The client hears the lock's channel and its own grant channel from its start to
+//!   its end or crash, subscribed at once; the turns channel's hints are ignored (a
+//!   waiter woken by "0" asks and meets `TurnBusy` instead of letting the "0" pass); an
+//!   unlock message wakes every sleeping task of the client; a turn-busy reply sleeps
+//!   for the turn's PTTL (`turn_covered` false).
+//! - Hand-over: the oldest sleeping task is offered; terms are `GiveWay` after
+//!   `give_way_after` hand-overs in a row, else `Outright`. The hand-over window, its
+//!   end-of-run flag `e`, `RUN_WINDOWS`, `held_back` and `limit` are not modelled.
+//! - Leaving the line (`LREM`) after a hand-over is sent in the same step; the janitor's
+//!   latch deletes are not sent (latches carry a TTL).
+//! - A direct grant heard by a task that is no longer sleeping and holds nothing is
+//!   released at once (`release_named`, flag `c`); one heard by a holder is ignored.
+
+use super::world::{ClientCfg, Config, World, LOCK};
+use crate::checker::store::Reply;
+use redis_rlock::protocol::{
+    channel_name, clients_key, grant_channel, next_key, token_key, turn_key, turns_channel,
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Msg {
+    Unlock,
+    /// A direct grant to task t by the naming of this number, heard on the client's own
+    /// channel.
+    Grant {
+        t: usize,
+        number: u8,
+    },
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Phase {
+    Idle {
+        rounds: u8,
+    },
+    /// Asleep until `wake`, or woken by an unlock message; `offered` by an unlock of
+    /// its own client in flight (it then waits for that unlock's outcome).
+    Sleeping {
+        wake: u64,
+        woken: bool,
+        offered: bool,
+        seq: u8,
+        rounds: u8,
+    },
+    Holding {
+        until: u64,
+        rounds: u8,
+    },
+    /// A request whose reply was lost, to be sent again with `r`.
+    Retry {
+        req: Req,
+        rounds: u8,
+    },
+    Done,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Req {
+    Acquire {
+        keys: Vec<String>,
+        args: Vec<String>,
+        seq: u8,
+    },
+    Release {
+        keys: Vec<String>,
+        args: Vec<String>,
+        offered: Option<usize>,
+        sent: u64,
+    },
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Task {
+    pub phase: Phase,
+    /// Counted among the client's waiters in line (`InLine::joined`).
+    pub joined: bool,
+    /// Answered busy at least once in this wait (`Counted::Waiting`).
+    pub busy_before: bool,
+    /// An attempt that names it was sent (its next attempts carry `a`); when.
+    pub named_at: Option<u64>,
+    /// Its latest naming's number (`Waiter::naming`: a new one per naming).
+    pub number: u8,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Client {
+    pub idx: usize,
+    pub tasks: Vec<Task>,
+    pub in_line: u8,
+    pub streak: u8,
+    pub next_seq: u8,
+    pub inbox: super::world::Inbox,
+    pub crashed: bool,
+    pub requests: u8,
+    /// Namings drawn so far (`Hub::next_seq`).
+    pub namings: u8,
+}
+
+/// Client c's id: 36 characters.
+pub fn id(c: usize) -> String {
+    format!("cccccccc-cccc-4ccc-8ccc-{:012}", c)
+}
+
+pub fn field(c: usize, t: usize) -> String {
+    format!("{}:{}", id(c), t + 1)
+}
+
+impl Client {
+    pub fn new(cfg: &Config, c: usize) -> Client {
+        let ClientCfg { tasks, rounds, .. } = cfg.clients[c];
+        let task = Task {
+            phase: Phase::Idle { rounds },
+            joined: false,
+            busy_before: false,
+            named_at: None,
+            number: 0,
+        };
+        Client {
+            idx: c,
+            tasks: vec![task; tasks],
+            in_line: 0,
+            streak: 0,
+            next_seq: 0,
+            inbox: Default::default(),
+            crashed: false,
+            requests: 0,
+            namings: 0,
+        }
+    }
+
+    pub fn done(&self) -> bool {
+        self.crashed || self.tasks.iter().all(|t| t.phase == Phase::Done)
+    }
+
+    pub fn listening(&self) -> bool {
+        !self.done()
+    }
+
+    /// Its channels beyond the lock's: the turns channel and its own grant channel.
+    pub fn channels(&self) -> [String; 2] {
+        [turns_channel(LOCK), grant_channel(LOCK, &id(self.idx))]
+    }
+
+    pub fn crash(&mut self) {
+        self.crashed = true;
+        self.inbox.clear();
+    }
+
+    /// A message published on `channel`: kept if the client listens there.
+    pub fn hear(&mut self, channel: &str, payload: &[u8]) {
+        if !self.listening() {
+            return;
+        }
+        if channel == channel_name(LOCK) {
+            self.inbox.push_back(Msg::Unlock);
+        } else if channel == grant_channel(LOCK, &id(self.idx)) {
+            let text = String::from_utf8_lossy(payload);
+            let mut parts = text.split(' ');
+            let number = parts.nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
+            let t: usize = parts
+                .next()
+                .and_then(|f| f.rsplit(':').next())
+                .and_then(|n| n.parse().ok())
+                .expect("a grant names a field of this client");
+            self.inbox.push_back(Msg::Grant { t: t - 1, number });
+        }
+    }
+
+    pub fn enabled(&self, now: u64) -> Vec<usize> {
+        if self.crashed {
+            return Vec::new();
+        }
+        let ready = |t: &Task| match &t.phase {
+            Phase::Idle { .. } | Phase::Holding { .. } | Phase::Retry { .. } => true,
+            Phase::Sleeping {
+                wake,
+                woken,
+                offered,
+                ..
+            } => !offered && (*woken || now >= *wake),
+            Phase::Done => false,
+        };
+        (0..self.tasks.len())
+            .filter(|&t| ready(&self.tasks[t]))
+            .collect()
+    }
+
+    /// A first send (not a retry) can lose its reply.
+    pub fn may_lose_reply(&self, t: usize) -> bool {
+        !matches!(self.tasks[t].phase, Phase::Retry { .. })
+    }
+
+    pub fn waiting(&self) -> bool {
+        !self.crashed
+            && self.tasks.iter().any(|t| {
+                matches!(
+                    t.phase,
+                    Phase::Sleeping { .. }
+                        | Phase::Retry {
+                            req: Req::Acquire { .. },
+                            ..
+                        }
+                )
+            })
+    }
+
+    /// The oldest sleeping task not offered already: the one a release offers the lock.
+    fn oldest_sleeper(&self) -> Option<usize> {
+        (0..self.tasks.len())
+            .filter_map(|t| match self.tasks[t].phase {
+                Phase::Sleeping {
+                    offered: false,
+                    seq,
+                    ..
+                } => Some((seq, t)),
+                _ => None,
+            })
+            .min()
+            .map(|(_, t)| t)
+    }
+}
+
+/// Client c's task t takes its next step; `lost`: the script runs, its reply is lost.
+pub fn step(w: &mut World, c: usize, t: usize, lost: bool) -> String {
+    match w.clients[c].tasks[t].phase.clone() {
+        Phase::Idle { rounds } => attempt(w, c, t, lost, rounds, None),
+        Phase::Sleeping { seq, rounds, .. } => attempt(w, c, t, lost, rounds, Some(seq)),
+        Phase::Holding { rounds, .. } => release(w, c, t, lost, rounds),
+        Phase::Retry { req, rounds } => retry(w, c, t, req, rounds),
+        Phase::Done => unreachable!(),
+    }
+}
+
+fn attempt(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8, seq: Option<u8>) -> String {
+    let cl = &mut w.clients[c];
+    if !cl.tasks[t].joined {
+        // `InLine::join_before_attempt`: counted before the first attempt is sent.
+        cl.tasks[t].joined = true;
+        cl.in_line += 1;
+    }
+    let task = &cl.tasks[t];
+    let others = cl.in_line - 1;
+    let line = match (others, task.busy_before) {
+        (0, true) => "l",
+        (0, false) => "",
+        _ => "k",
+    };
+    let a = if task.named_at.is_some() { "a" } else { "" };
+    cl.namings += 1;
+    let number = cl.namings;
+    cl.tasks[t].number = number;
+    let flags = format!("fwd{a}{line}#{number}");
+    cl.requests += 1;
+    let latch = format!("redisson_acquire_latch:{{{LOCK}}}:c{c}n{}", cl.requests);
+    let lease = w.cfg.clients[c].lease;
+    let keys = vec![
+        LOCK.to_string(),
+        token_key(LOCK),
+        latch,
+        clients_key(LOCK),
+        turn_key(LOCK),
+        next_key(LOCK),
+    ];
+    let args = vec![
+        lease.to_string(),
+        field(c, t),
+        w.cfg.latch_ttl.to_string(),
+        w.cfg.turn_window.to_string(),
+        flags,
+    ];
+    let seq = seq.unwrap_or_else(|| {
+        let cl = &mut w.clients[c];
+        cl.next_seq += 1;
+        cl.next_seq
+    });
+    let req = Req::Acquire { keys, args, seq };
+    send(w, c, t, req, lost, rounds)
+}
+
+fn send(w: &mut World, c: usize, t: usize, req: Req, lost: bool, rounds: u8) -> String {
+    let (keys, args) = match &req {
+        Req::Acquire { keys, args, .. } | Req::Release { keys, args, .. } => (keys, args),
+    };
+    let src = match req {
+        Req::Acquire { .. } => w.cfg.scripts.acquire.clone(),
+        Req::Release { .. } => w.cfg.scripts.unlock.clone(),
+    };
+    let reply = w.run(&src, keys, args);
+    let what = format!(
+        "{} {:?}",
+        script_name(&req),
+        args.last().map(String::as_str).unwrap_or("")
+    );
+    if lost {
+        let mut req = req;
+        match &mut req {
+            Req::Acquire { args, .. } | Req::Release { args, .. } => {
+                let flags = args.last_mut().expect("flags");
+                flags.insert(1, 'r');
+            }
+        }
+        w.clients[c].tasks[t].phase = Phase::Retry { req, rounds };
+        return format!("C{c}.t{t}: {what} -> {reply:?}, reply lost");
+    }
+    let outcome = answered(w, c, t, req, reply.clone(), rounds, false);
+    format!("C{c}.t{t}: {what} -> {reply:?}{outcome}")
+}
+
+fn script_name(req: &Req) -> &'static str {
+    match req {
+        Req::Acquire { .. } => "acquire.lua",
+        Req::Release { .. } => "unlock.lua",
+    }
+}
+
+fn retry(w: &mut World, c: usize, t: usize, req: Req, rounds: u8) -> String {
+    let (keys, args) = match &req {
+        Req::Acquire { keys, args, .. } | Req::Release { keys, args, .. } => (keys, args),
+    };
+    let src = match req {
+        Req::Acquire { .. } => w.cfg.scripts.acquire.clone(),
+        Req::Release { .. } => w.cfg.scripts.unlock.clone(),
+    };
+    let reply = w.run(&src, keys, args);
+    let what = format!(
+        "{} {:?} (retry)",
+        script_name(&req),
+        args.last().map(String::as_str).unwrap_or("")
+    );
+    let outcome = answered(w, c, t, req, reply.clone(), rounds, true);
+    format!("C{c}.t{t}: {what} -> {reply:?}{outcome}")
+}
+
+fn answered(
+    w: &mut World,
+    c: usize,
+    t: usize,
+    req: Req,
+    reply: Reply,
+    rounds: u8,
+    retry: bool,
+) -> String {
+    match req {
+        Req::Acquire { seq, .. } => super::client_replies::acquire(w, c, t, reply, rounds, seq),
+        Req::Release { offered, sent, .. } => {
+            super::client_replies::release(w, c, t, reply, rounds, offered, sent, retry)
+        }
+    }
+}
+
+fn release(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8) -> String {
+    let cl = &mut w.clients[c];
+    let next = cl.oldest_sleeper();
+    let mut flags = String::new();
+    let (mut next_field, mut next_lease) = (String::new(), "0".to_string());
+    if let Some(n) = next {
+        let give_way = cl.streak >= w.cfg.give_way_after;
+        cl.streak += 1;
+        if let Phase::Sleeping { offered, .. } = &mut cl.tasks[n].phase {
+            *offered = true;
+        }
+        next_field = field(c, n);
+        next_lease = w.cfg.clients[c].lease.to_string();
+        if give_way {
+            flags.push('g');
+        }
+        flags.push('d');
+        if give_way {
+            // `send_release`'s naming of the waiter it passes over.
+            flags.push('n');
+            if cl.in_line > 1 {
+                flags.push('k');
+            }
+            cl.namings += 1;
+            cl.tasks[n].number = cl.namings;
+            flags.push_str(&format!("#{}", cl.namings));
+        }
+    } else {
+        flags.push('d');
+    }
+    let mut keys = release_keys(c);
+    keys[2] = unlock_latch(w, c);
+    let args = release_args(w, c, t, &next_field, &next_lease, &flags);
+    let sent = w.now();
+    send(
+        w,
+        c,
+        t,
+        Req::Release {
+            keys,
+            args,
+            offered: next,
+            sent,
+        },
+        lost,
+        rounds,
+    )
+}
+
+/// The keys of `unlock.lua` as `raw::plain_release_call` sends them (with the naming
+/// hash: direct grants are on). The latch is per request.
+pub fn release_keys(c: usize) -> Vec<String> {
+    let _ = c;
+    vec![
+        LOCK.to_string(),
+        channel_name(LOCK),
+        String::new(),
+        token_key(LOCK),
+        clients_key(LOCK),
+        turn_key(LOCK),
+        turns_channel(LOCK),
+        next_key(LOCK),
+    ]
+}
+
+/// The arguments of `unlock.lua` releasing task t's one hold; `next`: a waiter to hand
+/// over to, or ''. Also draws the request's latch name into `keys[2]` (see `send`).
+pub fn release_args(
+    w: &mut World,
+    c: usize,
+    t: usize,
+    next: &str,
+    lease: &str,
+    flags: &str,
+) -> Vec<String> {
+    vec![
+        "0".to_string(),
+        field(c, t),
+        w.cfg.latch_ttl.to_string(),
+        "1".to_string(),
+        next.to_string(),
+        lease.to_string(),
+        w.cfg.turn_window.to_string(),
+        flags.to_string(),
+    ]
+}
+
+/// A fresh request's unlock latch: `redisson_unlock_latch:{lock}:<request id>`.
+pub fn unlock_latch(w: &mut World, c: usize) -> String {
+    let cl = &mut w.clients[c];
+    cl.requests += 1;
+    format!("redisson_unlock_latch:{{{LOCK}}}:c{c}n{}", cl.requests)
+}
+
+/// Delivers client c's next message.
+pub fn deliver(w: &mut World, c: usize) -> String {
+    let msg = w.clients[c].inbox.pop_front().expect("a message");
+    let now = w.now();
+    match msg {
+        Msg::Unlock => {
+            for task in &mut w.clients[c].tasks {
+                if let Phase::Sleeping { woken, .. } = &mut task.phase {
+                    *woken = true;
+                }
+            }
+            format!("C{c}: hears unlock message, wakes its sleepers")
+        }
+        Msg::Grant { t, number } if w.clients[c].tasks[t].number != number => {
+            format!("C{c}.t{t}: hears a direct grant by an older naming, not taken")
+        }
+        Msg::Grant { t, .. } => super::client_replies::direct_grant(w, c, t, now),
+    }
+}

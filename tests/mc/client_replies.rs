@@ -1,0 +1,194 @@
+//! What a client of this crate does with each answer (the model of `src/attempt.rs`,
+//! `src/acquire/waiting.rs` and `src/release.rs`'s reply handling; see `client.rs` for
+//! the simplifications).
+
+use super::client::{id, Phase, Task};
+use super::world::{World, LOCK};
+use crate::checker::store::Reply;
+use redis_rlock::protocol::clients_key;
+use std::rc::Rc;
+
+thread_local! {
+    // `LREM <line> 0 <client id>`, the plain command `raw::leave_line` sends.
+    static LEAVE_LINE: Rc<str> = "return redis.call('lrem', KEYS[1], 0, ARGV[1])".into();
+}
+
+fn after_hold(rounds: u8) -> Phase {
+    if rounds <= 1 {
+        Phase::Done
+    } else {
+        Phase::Idle { rounds: rounds - 1 }
+    }
+}
+
+/// The task now holds until `until`; `by_redis`: a grant of Redis's (an acquire, a
+/// direct grant), which took the client out of the line already if it was its last.
+fn hold(w: &mut World, c: usize, t: usize, until: u64, rounds: u8, by_redis: bool) {
+    let cl = &mut w.clients[c];
+    let task = &mut cl.tasks[t];
+    task.phase = Phase::Holding { until, rounds };
+    task.busy_before = false;
+    task.named_at = None;
+    if task.joined {
+        task.joined = false;
+        cl.in_line -= 1;
+        if !by_redis && cl.in_line == 0 {
+            let keys = [clients_key(LOCK)];
+            let src = LEAVE_LINE.with(Rc::clone);
+            w.run(&src, &keys, &[id(c)]);
+        }
+    }
+}
+
+fn sleep(task: &mut Task, wake: u64, seq: u8, rounds: u8) {
+    task.phase = Phase::Sleeping {
+        wake,
+        woken: false,
+        offered: false,
+        seq,
+        rounds,
+    };
+}
+
+pub fn acquire(w: &mut World, c: usize, t: usize, reply: Reply, rounds: u8, seq: u8) -> String {
+    let now = w.now();
+    let lease = w.cfg.clients[c].lease;
+    let items = match reply {
+        Reply::Array(items) => items,
+        other => panic!("acquire.lua answered {other:?}"),
+    };
+    match items.as_slice() {
+        [Reply::Int(1), ..] => {
+            hold(w, c, t, now + lease, rounds, true);
+            format!(": holds until {} ms", now + lease - super::world::EPOCH)
+        }
+        [Reply::Int(0), Reply::Int(pttl), rest @ ..] => {
+            let task = &mut w.clients[c].tasks[t];
+            task.busy_before = true;
+            task.named_at = Some(now);
+            let wake = now + (*pttl).max(1) as u64;
+            sleep(task, wake, seq, rounds);
+            let why = if rest.is_empty() {
+                "busy"
+            } else {
+                "another client's turn"
+            };
+            format!(": {why}, sleeps until {} ms", wake - super::world::EPOCH)
+        }
+        other => panic!("acquire.lua answered {other:?}"),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn release(
+    w: &mut World,
+    c: usize,
+    t: usize,
+    reply: Reply,
+    rounds: u8,
+    offered: Option<usize>,
+    sent: u64,
+    retry: bool,
+) -> String {
+    w.clients[c].tasks[t].phase = after_hold(rounds);
+    let lease = w.cfg.clients[c].lease;
+    let outcome = match (&reply, retry) {
+        (Reply::Nil, true) | (Reply::Int(1), _) => "released",
+        (Reply::Nil, false) => "held nothing",
+        (Reply::Int(3), _) => "gave way",
+        (Reply::Int(4), _) => "granted directly to another client",
+        (Reply::Array(_), _) => "handed over",
+        _ => panic!("unlock.lua answered {reply:?}"),
+    };
+    let Some(n) = offered else {
+        return format!(": {outcome}");
+    };
+    let cl = &mut w.clients[c];
+    let still_sleeping = matches!(cl.tasks[n].phase, Phase::Sleeping { .. });
+    match outcome {
+        "handed over" if still_sleeping => {
+            let rounds = match cl.tasks[n].phase {
+                Phase::Sleeping { rounds, .. } => rounds,
+                _ => 1,
+            };
+            hold(w, c, n, sent + lease, rounds, false);
+            format!(": handed over to t{n}")
+        }
+        // The waiter left meanwhile (taken by a direct grant): the hold goes back.
+        "handed over" => format!(
+            ": handed over to t{n}, who holds already{}",
+            give_back(w, c, n, "d")
+        ),
+        "gave way" => {
+            cl.streak = 0;
+            let window = w.cfg.turn_window;
+            let task = &mut cl.tasks[n];
+            task.named_at = Some(sent);
+            if let Phase::Sleeping {
+                wake,
+                offered,
+                woken,
+                ..
+            } = &mut task.phase
+            {
+                *offered = false;
+                *woken = false;
+                *wake = w.store.now_ms + window;
+            }
+            format!(": gave way; t{n} sleeps on, named")
+        }
+        _ => {
+            // Withdrawn: the offered waiter asks Redis itself.
+            if let Phase::Sleeping { offered, woken, .. } = &mut cl.tasks[n].phase {
+                *offered = false;
+                *woken = true;
+            }
+            cl.streak = cl.streak.saturating_sub(1);
+            format!(": {outcome}; offer to t{n} withdrawn")
+        }
+    }
+}
+
+/// Releases a hold of task n that nobody will use (`release_detached` / `release_named`).
+fn give_back(w: &mut World, c: usize, n: usize, flags: &str) -> String {
+    if matches!(w.clients[c].tasks[n].phase, Phase::Holding { .. }) {
+        return String::new();
+    }
+    let mut keys = super::client::release_keys(c);
+    keys[2] = super::client::unlock_latch(w, c);
+    let args = super::client::release_args(w, c, n, "", "0", flags);
+    let src = w.cfg.scripts.unlock.clone();
+    let r = w.run(&src, &keys, &args);
+    format!("; gives it back -> {r:?}")
+}
+
+/// A direct grant heard on the client's own channel for task t.
+pub fn direct_grant(w: &mut World, c: usize, t: usize, now: u64) -> String {
+    let lease = w.cfg.clients[c].lease;
+    let task = &w.clients[c].tasks[t];
+    match (&task.phase, task.named_at) {
+        (Phase::Sleeping { rounds, .. }, Some(at)) if at + lease > now => {
+            let rounds = *rounds;
+            hold(w, c, t, at + lease, rounds, true);
+            format!(
+                "C{c}.t{t}: hears a direct grant, holds until {} ms",
+                at + lease - super::world::EPOCH
+            )
+        }
+        (Phase::Holding { .. }, _) => format!("C{c}.t{t}: hears a direct grant of the hold it has"),
+        // Its acquire's retry (`r`, `f`) adopts the grant.
+        (Phase::Retry { .. }, _) => format!("C{c}.t{t}: hears a direct grant; its retry adopts it"),
+        (Phase::Sleeping { .. }, _) => {
+            // Past its lease (`grant.sent + granted <= now`): given back, and it asks.
+            let back = give_back(w, c, t, "d");
+            if let Phase::Sleeping { woken, .. } = &mut w.clients[c].tasks[t].phase {
+                *woken = true;
+            }
+            format!("C{c}.t{t}: hears a direct grant too late{back}")
+        }
+        _ => {
+            let back = give_back(w, c, t, "dc");
+            format!("C{c}.t{t}: hears a direct grant it cannot use{back}")
+        }
+    }
+}

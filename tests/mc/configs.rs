@@ -1,0 +1,118 @@
+//! The checked configurations: who takes part, their leases and rounds, the time bound
+//! and the fault budgets. Each is explored exhaustively by `explore::explore`.
+
+use super::redisson::Kind;
+use super::world::{ClientCfg, Config, Faults, Scripts};
+
+/// The defaults every config starts from: no actors, no faults, a 6 ms time bound, a
+/// 2 ms turn window, latches kept 4 ms, four hand-overs in a row before giving way, and
+/// a bypass bound of 1 grant across owners.
+pub fn base() -> Config {
+    Config {
+        clients: Vec::new(),
+        redisson: Vec::new(),
+        time_bound: 6,
+        faults: Faults::default(),
+        bypass: 1,
+        turn_window: 2,
+        latch_ttl: 4,
+        give_way_after: 4,
+        scripts: Scripts::real(),
+    }
+}
+
+pub fn client(tasks: usize, rounds: u8, lease: u64) -> ClientCfg {
+    ClientCfg {
+        tasks,
+        rounds,
+        lease,
+    }
+}
+
+/// Hand-countable: one Redisson poller, lease 1 ms, time bound 1 ms (8 states, 8
+/// transitions; see `tests/model_check.rs`).
+pub fn tiny() -> Config {
+    Config {
+        redisson: vec![(Kind::Poller(2), 1)],
+        time_bound: 1,
+        ..base()
+    }
+}
+
+/// Redisson alone: two `lock()` waiters and a `tryLock()` poller of 3 tries.
+pub fn redisson_only() -> Config {
+    Config {
+        redisson: vec![(Kind::Waiter, 3), (Kind::Waiter, 3), (Kind::Poller(3), 3)],
+        ..base()
+    }
+}
+
+/// One client of this crate with two tasks, a Redisson waiter and a Redisson poller.
+pub fn mixed() -> Config {
+    Config {
+        clients: vec![client(2, 1, 3)],
+        redisson: vec![(Kind::Waiter, 3), (Kind::Poller(3), 3)],
+        time_bound: 3,
+        ..base()
+    }
+}
+
+/// Two clients of this crate, the first with two tasks, and a Redisson poller (issue
+/// 24, finding 1: direct grants between clients pass the poller over).
+pub fn direct_chain() -> Config {
+    Config {
+        clients: vec![client(2, 1, 3), client(1, 1, 3)],
+        redisson: vec![(Kind::Poller(3), 3)],
+        time_bound: 3,
+        ..base()
+    }
+}
+
+/// A client holds while another client's two tasks wait (issue 24, finding 2: the
+/// direct grant's LPOP then RPUSH leaves the line without a TTL).
+pub fn keep_naming() -> Config {
+    Config {
+        clients: vec![client(1, 1, 3), client(2, 1, 3)],
+        time_bound: 3,
+        ..base()
+    }
+}
+
+/// A waiter with a long lease, then one of another client with a short lease, behind a
+/// Redisson holder (issue 24, finding 4).
+pub fn short_join() -> Config {
+    Config {
+        clients: vec![client(1, 1, 6), client(1, 1, 2)],
+        redisson: vec![(Kind::Poller(1), 6)],
+        time_bound: 4,
+        ..base()
+    }
+}
+
+/// One client of this crate with two tasks and a Redisson `lock()` waiter, 3 ms: the
+/// base of the fault configs and of the seeded bugs.
+pub fn small() -> Config {
+    Config {
+        clients: vec![client(2, 1, 3)],
+        redisson: vec![(Kind::Waiter, 3)],
+        time_bound: 3,
+        ..base()
+    }
+}
+
+/// `small` with these fault budgets.
+pub fn small_with(faults: Faults) -> Config {
+    Config { faults, ..small() }
+}
+
+/// Two clients of this crate with one task each and a Redisson `lock()` waiter: while it
+/// waits it is subscribed, and the unlock script then grants no client directly.
+pub fn two_and_waiter() -> Config {
+    Config {
+        clients: vec![client(1, 1, 3), client(1, 1, 3)],
+        redisson: vec![(Kind::Waiter, 3)],
+        time_bound: 3,
+        bypass: 0,
+        ..base()
+    }
+}
