@@ -79,11 +79,18 @@ end
 local turns = tonumber(ARGV[4] or '0') > 0
 local waits = flag('w')
 local me = string.sub(ARGV[2], 1, 36)
+-- A TTL of at least ms: a place or naming is never cut short by a waiter whose own lease
+-- is shorter than another's, and a key made anew (by RPUSH after LPOP) gets one.
+local function keep_for(key, ms)
+    if redis.call('pttl', key) < ms then
+        redis.call('pexpire', key, string.format('%d', ms))
+    end
+end
 local function wait_in_line()
     if not redis.call('lpos', KEYS[4], me) then
         redis.call('rpush', KEYS[4], me)
     end
-    redis.call('pexpire', KEYS[4], string.format('%d', 2 * tonumber(ARGV[1])))
+    keep_for(KEYS[4], 2 * tonumber(ARGV[1]))
 end
 -- On a busy reply: with 'd', the caller becomes its client's taker of a direct grant.
 local function wait_busy()
@@ -98,7 +105,7 @@ local function wait_busy()
         redis.call('hset', KEYS[6], me, string.format('%d %s %s %s %s %d %s%s', until_ms,
             ARGV[1], fenced and 'F' or '-', line == 'keep' and 'k' or '-',
             string.match(flags, '#(%d+)') or '0', #KEYS[1], KEYS[1], ARGV[2]))
-        redis.call('pexpire', KEYS[6], string.format('%d', 2 * tonumber(ARGV[1])))
+        keep_for(KEYS[6], 2 * tonumber(ARGV[1]))
     end
 end
 local fresh = redis.call('exists', KEYS[1]) == 0

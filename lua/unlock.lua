@@ -60,6 +60,13 @@ local function try_write(...)
     local reply = redis.pcall(...)
     return not (type(reply) == 'table' and reply.err)
 end
+-- A TTL of at least ms (see acquire.lua): a list emptied by LPOP or LREM and made anew
+-- by RPUSH has none.
+local function keep_for(key, ms)
+    if redis.call('pttl', key) < ms then
+        redis.call('pexpire', key, string.format('%d', ms))
+    end
+end
 local me = string.sub(ARGV[2], 1, 36)
 -- A naming (see acquire.lua): its parts, or nil when it is not for this lock.
 local function naming(named)
@@ -119,7 +126,9 @@ if ARGV[5] ~= '' and flag('g') and turns then
         -- Another client waits: its turn comes before this client's next hand-over.
         -- Back in line even if the client was not there: its waiters need a place.
         redis.call('lrem', KEYS[5], 1, me)
-        try_write('rpush', KEYS[5], me)
+        if try_write('rpush', KEYS[5], me) then
+            keep_for(KEYS[5], 2 * tonumber(ARGV[6]))
+        end
         gave_way = true
         -- The waiter the hand-over would have served sleeps on, and nothing else of
         -- this client asks Redis: named here, it can be granted the lock directly when
@@ -133,7 +142,7 @@ if ARGV[5] ~= '' and flag('g') and turns then
                 if try_write('hset', KEYS[8], me, string.format('%d %s %s %s %s %d %s%s',
                     until_ms, ARGV[6], fenced and 'F' or '-', flag('k') and 'k' or '-',
                     string.match(flags, '#(%d+)') or '0', #KEYS[1], KEYS[1], ARGV[5])) then
-                    redis.call('pexpire', KEYS[8], string.format('%d', 2 * tonumber(ARGV[6])))
+                    keep_for(KEYS[8], 2 * tonumber(ARGV[6]))
                 end
             end
         end
@@ -239,6 +248,7 @@ local function grant_directly(client)
     if n.keep == 'k' then
         -- Other waiters of that client still wait: it keeps a place, at the back.
         redis.call('rpush', KEYS[5], client)
+        keep_for(KEYS[5], 2 * tonumber(n.lease))
     end
     return true
 end
