@@ -147,10 +147,13 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         end
     end
     if turn then
-        -- This client's turn is used (the release took it out of the line).
+        -- This client's turn is used. The release took it out of the line, but a busy
+        -- answer since (a Redisson client took the lock first) may have put it back.
         redis.call('del', KEYS[5])
         if line == 'keep' then
             wait_in_line()
+        elseif line == 'leave' then
+            redis.call('lrem', KEYS[4], 1, me)
         end
     elseif fresh and turns and line == 'leave' then
         redis.call('lrem', KEYS[4], 1, me)

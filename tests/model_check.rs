@@ -68,21 +68,22 @@ fn one_client_with_redisson_keeps_every_property() {
 }
 
 /// While a Redisson waiter waits it is subscribed, and no client is granted directly:
-/// nobody passes it over (bypass bound 0). The turn left over is found here too.
+/// nobody passes it over (bypass bound 0). (The turn left over was found here before
+/// its fix.)
 #[test]
 fn a_subscribed_redisson_waiter_is_not_passed_over() {
     let r = run("two_and_waiter", configs::two_and_waiter());
-    assert_eq!(broken(&r), [CLEAN]);
+    assert!(r.found.is_empty(), "{:?}", broken(&r));
 }
 
 /// Finding 1: a Redisson `tryLock()` poller is passed over by direct grants between two
-/// clients, the lock never free in between. Also found here: the turn left over. (It
-/// found finding 2 here too before its fix.)
+/// clients, the lock never free in between. (It found finding 2 and the turn left over
+/// here too before their fixes.)
 #[test]
 fn finding_1_direct_grants_pass_a_poller_over() {
     let r = run("direct_chain", configs::direct_chain());
     assert!(r.found(BYPASS).is_some(), "finding 1 not found");
-    assert_eq!(broken(&r), [BYPASS, CLEAN]);
+    assert_eq!(broken(&r), [BYPASS]);
 }
 
 /// Finding 2, fixed: a direct grant's LPOP then RPUSH left the line without a TTL (the
@@ -101,15 +102,16 @@ fn finding_4_a_short_join_keeps_places() {
     assert!(r.found(PLACES).is_none(), "finding 4 found again");
 }
 
-/// Found by the checker: a client given the turn by a published release, whose attempt
-/// meets a Redisson holder (who ignores turns) and joins the line again, takes the lock
-/// on its turn and stays in line (the turn branch skips the `l` leave); its own release
-/// then gives the turn to itself: a turn key for a client that waits for nothing, which
-/// other clients of this crate wait out.
+/// Found by the checker, and fixed: a client given the turn by a published release,
+/// whose attempt meets a Redisson holder (who ignores turns) and joins the line again,
+/// took the lock on its turn and stayed in line (the turn branch skipped the `l` leave);
+/// its own release then gave the turn to itself, which other clients of this crate
+/// waited out. Its form after a lost busy reply is not fixed (see
+/// `lost_replies_are_retried_safely`).
 #[test]
-fn turn_left_over() {
+fn no_turn_left_over_after_a_redisson_holder() {
     let r = run("short_join", configs::short_join());
-    assert!(r.found(CLEAN).is_some(), "the turn left over not found");
+    assert!(r.found.is_empty(), "{:?}", broken(&r));
 }
 
 /// A lost reply is retried with `r`: no double grant, no key without a TTL. The turn
