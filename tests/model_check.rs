@@ -2,10 +2,11 @@
 //! clients of this crate on one plain lock, over the real scripts (`tests/mc/`). Run
 //! with `--nocapture` to see each config's state count and the counterexample traces.
 //!
-//! The findings of issue 24 that these bounds reach are asserted as found (1, 2 and 4),
-//! as is one the checker found itself (a turn given to nobody, see `turn_left_over`);
-//! `tests/checker_findings.rs` replays each on a real redis-server. When a finding is
-//! fixed, its test here flips: it then asserts the property holds.
+//! The findings of issue 24 that these bounds reach were found (1, 2 and 4), and one the
+//! checker found itself (a turn given to nobody); `tests/checker_findings.rs` replays
+//! each on a real redis-server. A finding not fixed yet (1, and the turn's lost-reply
+//! form) is asserted as found; a fixed one (2, 4, the turn after a Redisson holder) as
+//! the property holding where it was found.
 
 mod checker;
 mod mc;
