@@ -44,27 +44,9 @@ const TRIVIAL: &str = "return redis.call('exists', KEYS[1])";
 
 // Redisson's acquire and unlock scripts, as `docs/protocol.md` 1.x states them (the
 // same commands, written here for the floor row).
-const REDISSON_ACQUIRE: &str = "
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return nil
-end
-return redis.call('pttl', KEYS[1])";
-const REDISSON_UNLOCK: &str = "
-local v = redis.call('get', KEYS[3])
-if v ~= false then return tonumber(v) end
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end
-local n = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if n > 0 then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  redis.call('set', KEYS[3], 0, 'px', ARGV[5])
-  return 0
-end
-redis.call('del', KEYS[1])
-redis.call(ARGV[4], KEYS[2], ARGV[1])
-redis.call('set', KEYS[3], 1, 'px', ARGV[5])
-return 1";
+#[path = "../tests/common/redisson_rlock.rs"]
+mod redisson_rlock;
+use redisson_rlock::{ACQUIRE as REDISSON_ACQUIRE, UNLOCK as REDISSON_UNLOCK};
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Lib {

@@ -16,38 +16,7 @@ use redis_rlock::protocol::{
 
 const LOCK: &str = "lock";
 
-/// Redisson's `RLock` acquire (`RedissonLock.tryLockInnerAsync`), as the checker's
-/// Redisson actors send it (`tests/mc/redisson.rs`).
-const REDISSON_ACQUIRE: &str = r#"
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return nil
-end
-return redis.call('pttl', KEYS[1])
-"#;
-
-/// Redisson's `RLock` unlock (`RedissonLock.unlockInnerAsync`), as in
-/// `tests/mc/redisson.rs`.
-const REDISSON_UNLOCK: &str = r#"
-local done = redis.call('get', KEYS[3])
-if done ~= false then
-    return tonumber(done)
-end
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
-    return nil
-end
-local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if left > 0 then
-    redis.call('pexpire', KEYS[1], ARGV[2])
-    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
-    return 0
-end
-redis.call('del', KEYS[1])
-redis.call(ARGV[4], KEYS[2], ARGV[1])
-redis.call('set', KEYS[3], 1, 'px', ARGV[5])
-return 1
-"#;
+use common::redisson_rlock::{ACQUIRE as REDISSON_ACQUIRE, UNLOCK as REDISSON_UNLOCK};
 
 const REDISSON_FIELD: &str = "aaaaaaaa-aaaa-4aaa-8aaa-000000000000:1";
 

@@ -3,33 +3,16 @@
 //! read-write locks and on a busy lock. Each failed before its fix.
 #![cfg(feature = "cli")]
 
+mod cli_common;
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
+use cli_common::{rlock, rlock_async};
 use common::RedisServer;
 use redis_rlock::{Client, Error, OwnerId};
-
-fn rlock(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rlock"))
-        .arg("--url")
-        .arg(url)
-        .args(args)
-        .output()
-        .expect("the rlock binary runs")
-}
-
-async fn rlock_async(url: String, args: &[&str]) -> Output {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        rlock(&url, &args)
-    })
-    .await
-    .unwrap()
-}
 
 fn events(out: &Output) -> Vec<(String, String)> {
     String::from_utf8_lossy(&out.stdout)

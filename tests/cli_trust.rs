@@ -3,42 +3,15 @@
 //! connected), and `watch` tells hand-overs, force unlocks and expiries as such.
 #![cfg(feature = "cli")]
 
+mod cli_common;
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Output};
 use std::time::Duration;
 
+use cli_common::{rlock, rlock_async, stderr, stdout};
 use common::{tell_parent, ChildProc, RedisServer, CHILD_ENV};
 use redis_rlock::Client;
-
-fn rlock(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rlock"))
-        .arg("--url")
-        .arg(url)
-        .args(args)
-        .output()
-        .expect("the rlock binary runs")
-}
-
-/// Runs `rlock` off the runtime's threads.
-async fn rlock_async(url: String, args: &[&str]) -> Output {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        rlock(&url, &args)
-    })
-    .await
-    .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn hash(s: &RedisServer, key: &str) -> BTreeMap<String, String> {
     s.cmd(&["HGETALL", key])

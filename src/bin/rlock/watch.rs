@@ -30,6 +30,8 @@ const EXPIRY_SLACK_MS: i64 = 3 * TICK.as_millis() as i64;
 struct Heard {
     releases: usize,
     forced: bool,
+    /// Kept from an earlier reading that showed no change.
+    kept: bool,
 }
 
 /// Prints events until `seconds` have passed (or forever).
@@ -95,9 +97,13 @@ pub(crate) async fn watch(
                 m.get_payload().ok(),
             );
         }
-        // A message is kept one reading at most, for a change it came before.
-        if w.step(conn, &last, &now, &heard).await || now.holders == last.holders {
+        // A message can come before the reading that shows its change: it is kept for
+        // one more reading, no longer.
+        let used = w.step(conn, &last, &now, &heard).await;
+        if used || heard.kept {
             heard = Heard::default();
+        } else if heard.releases > 0 || heard.forced {
+            heard.kept = true;
         }
         let subscribers = other_subscribers(conn, &Kind::of(&now).channel(name)).await;
         if subscribers != last_subscribers {
