@@ -294,19 +294,8 @@ fn attempt(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8, seq: Optio
 }
 
 fn send(w: &mut World, c: usize, t: usize, req: Req, lost: bool, rounds: u8) -> String {
-    let (keys, args) = match &req {
-        Req::Acquire { keys, args, .. } | Req::Release { keys, args, .. } => (keys, args),
-    };
-    let src = match req {
-        Req::Acquire { .. } => w.cfg.scripts.acquire.clone(),
-        Req::Release { .. } => w.cfg.scripts.unlock.clone(),
-    };
-    let reply = w.run(&src, keys, args);
-    let what = format!(
-        "{} {:?}",
-        script_name(&req),
-        args.last().map(String::as_str).unwrap_or("")
-    );
+    let (reply, flags) = run_req(w, &req);
+    let what = format!("{} {flags:?}", script_name(&req));
     if lost {
         let mut req = req;
         match &mut req {
@@ -322,6 +311,19 @@ fn send(w: &mut World, c: usize, t: usize, req: Req, lost: bool, rounds: u8) -> 
     format!("C{c}.t{t}: {what} -> {reply:?}{outcome}")
 }
 
+/// Runs the request's script on the store: its reply, and the flags it was sent with.
+fn run_req(w: &mut World, req: &Req) -> (Reply, String) {
+    let (keys, args) = match req {
+        Req::Acquire { keys, args, .. } | Req::Release { keys, args, .. } => (keys, args),
+    };
+    let src = match req {
+        Req::Acquire { .. } => w.cfg.scripts.acquire.clone(),
+        Req::Release { .. } => w.cfg.scripts.unlock.clone(),
+    };
+    let reply = w.run(&src, keys, args);
+    (reply, args.last().cloned().unwrap_or_default())
+}
+
 fn script_name(req: &Req) -> &'static str {
     match req {
         Req::Acquire { .. } => "acquire.lua",
@@ -330,19 +332,8 @@ fn script_name(req: &Req) -> &'static str {
 }
 
 fn retry(w: &mut World, c: usize, t: usize, req: Req, rounds: u8) -> String {
-    let (keys, args) = match &req {
-        Req::Acquire { keys, args, .. } | Req::Release { keys, args, .. } => (keys, args),
-    };
-    let src = match req {
-        Req::Acquire { .. } => w.cfg.scripts.acquire.clone(),
-        Req::Release { .. } => w.cfg.scripts.unlock.clone(),
-    };
-    let reply = w.run(&src, keys, args);
-    let what = format!(
-        "{} {:?} (retry)",
-        script_name(&req),
-        args.last().map(String::as_str).unwrap_or("")
-    );
+    let (reply, flags) = run_req(w, &req);
+    let what = format!("{} {flags:?} (retry)", script_name(&req));
     let outcome = answered(w, c, t, req, reply.clone(), rounds, true);
     format!("C{c}.t{t}: {what} -> {reply:?}{outcome}")
 }
