@@ -18,11 +18,12 @@ use crate::stats::Counters;
 use crate::table::Table;
 use crate::watchdog::Watchdog;
 
-/// See [`ClientInner::grants_directly`]; for a client still being built.
-pub(crate) fn grants_directly(config: &Config, conn: &Conn) -> bool {
-    !config.turn_window.is_zero()
-        && matches!(conn.sync(), ReplicaSync::Off)
-        && counts_listeners(conn)
+/// See [`ClientInner::grants_directly`]; for a client still being built. Always false:
+/// a chain of direct grants never leaves the lock free, and a Redisson `tryLock()`
+/// poller or `RSpinLock`, which only ever finds the lock held, starved behind it (issue
+/// 24, finding 1; `tests/redisson_peers.rs`).
+pub(crate) fn grants_directly(_config: &Config, _conn: &Conn) -> bool {
+    false
 }
 
 /// Whether a script can count every subscriber of a lock's channel with `PUBSUB NUMSUB`
