@@ -10,8 +10,7 @@ mod common;
 use common::RedisServer;
 use redis::Value;
 use redis_rlock::protocol::{
-    channel_name, clients_key, grant_channel, next_key, script_source, token_key, turn_key,
-    turns_channel,
+    channel_name, clients_key, script_source, token_key, turn_key, turns_channel,
 };
 
 const LOCK: &str = "lock";
@@ -57,7 +56,6 @@ fn acquire(s: &RedisServer, c: usize, t: usize, lease_ms: u64, flags: &str, req:
         format!("redisson_acquire_latch:{{{LOCK}}}:c{c}n{req}"),
         clients_key(LOCK),
         turn_key(LOCK),
-        next_key(LOCK),
     ];
     let args = [&lease_ms.to_string(), &field(c, t), "4000", "2000", flags];
     let src = script_source("acquire.lua").expect("acquire.lua");
@@ -74,21 +72,19 @@ fn unlock(s: &RedisServer, c: usize, t: usize, flags: &str, req: u32) -> Value {
         clients_key(LOCK),
         turn_key(LOCK),
         turns_channel(LOCK),
-        next_key(LOCK),
     ];
     let args = ["0", &field(c, t), "4000", "1", "", "0", "2000", flags];
     let src = script_source("unlock.lua").expect("unlock.lua");
     eval(s, src, &keys, &args.map(String::from))
 }
 
-/// Client c's subscriptions as the checker has them: the lock's channel, the turns
-/// channel and its own grant channel. Kept while the returned connection lives.
+/// Client c's subscriptions as the checker has them: the lock's channel and the turns
+/// channel. Kept while the returned connection lives.
 fn listen(s: &RedisServer, c: usize) -> redis::Connection {
+    let _ = c;
     let mut conn = s.conn();
     let mut cmd = redis::cmd("SUBSCRIBE");
-    cmd.arg(channel_name(LOCK))
-        .arg(turns_channel(LOCK))
-        .arg(grant_channel(LOCK, &id(c)));
+    cmd.arg(channel_name(LOCK)).arg(turns_channel(LOCK));
     cmd.exec(&mut conn).expect("SUBSCRIBE");
     conn
 }
@@ -101,27 +97,31 @@ fn busy(v: &Value) -> bool {
     matches!(v, Value::Array(items) if items.first() == Some(&Value::Int(0)))
 }
 
-/// Finding 2 (`keep_naming` in the checker): client 0 holds, client 1's two tasks wait
-/// (the second named with `k`: the other still waits), client 0 unlocks with `d`. The
-/// direct grant's LPOP empties the line and deletes the key, and its RPUSH makes it anew:
-/// it must get a TTL again (it had none before the fix, PTTL -1).
+/// Finding 2 (`keep_naming` in the checker): client 0 holds, client 1's two tasks wait,
+/// client 0 unlocks: the published release LPOPs client 1 out of the line, which empties
+/// and deletes it; client 1's first task takes the lock on its turn and, its second task
+/// still waiting, joins the line again with RPUSH (`k`): the list made anew must get a
+/// TTL (found with a direct grant's LPOP and RPUSH, PTTL -1, before the fix).
 #[test]
-fn finding_2_a_direct_grant_keeps_the_line_expiring() {
+fn finding_2_a_line_made_anew_keeps_expiring() {
     let s = RedisServer::start();
     let _c0 = listen(&s, 0);
     let _c1 = listen(&s, 1);
-    assert!(granted(&acquire(&s, 0, 0, 3000, "fwd#1", 1)));
-    assert!(busy(&acquire(&s, 1, 0, 3000, "fwd#1", 1)));
-    assert!(busy(&acquire(&s, 1, 1, 3000, "fwdk#2", 2)));
-    assert_eq!(unlock(&s, 0, 0, "d", 2), Value::Int(4), "granted directly");
+    assert!(granted(&acquire(&s, 0, 0, 3000, "fw", 1)));
+    assert!(busy(&acquire(&s, 1, 0, 3000, "fw", 1)));
+    assert!(busy(&acquire(&s, 1, 1, 3000, "fwk", 2)));
+    assert_eq!(unlock(&s, 0, 0, "", 2), Value::Int(1), "published");
+    let gone: i64 = s.cmd(&["EXISTS", &clients_key(LOCK)]);
+    assert_eq!(gone, 0, "client 1 left the line for its turn");
+    assert!(granted(&acquire(&s, 1, 0, 3000, "fwk", 3)));
     let pttl: i64 = s.cmd(&["PTTL", &clients_key(LOCK)]);
     assert!(pttl > 0, "the line has no TTL (finding 2): {pttl}");
 }
 
 /// Finding 4 (`short_join`): a holder with a 6 s lease, a waiter of client 0 with a 6 s
 /// lease joins the line (TTL 12 s), then one of client 1 with a 2 s lease. Before the fix
-/// the line's and the namings' TTL dropped to 4 s while the lock had 6 s left; a join
-/// never shortens them now.
+/// the line's TTL dropped to 4 s while the lock had 6 s left; a join never shortens it
+/// now.
 #[test]
 fn finding_4_a_short_join_keeps_the_places_of_others() {
     let s = RedisServer::start();
@@ -135,11 +135,10 @@ fn finding_4_a_short_join_keeps_the_places_of_others() {
         eval(&s, REDISSON_ACQUIRE, &[LOCK.into()], &holder),
         Value::Nil
     );
-    assert!(busy(&acquire(&s, 0, 0, 6000, "fwd#1", 1)));
+    assert!(busy(&acquire(&s, 0, 0, 6000, "fw", 1)));
     let line_before: i64 = s.cmd(&["PTTL", &clients_key(LOCK)]);
-    assert!(busy(&acquire(&s, 1, 0, 2000, "fwd#1", 1)));
+    assert!(busy(&acquire(&s, 1, 0, 2000, "fw", 1)));
     let line: i64 = s.cmd(&["PTTL", &clients_key(LOCK)]);
-    let names: i64 = s.cmd(&["PTTL", &next_key(LOCK)]);
     let lock: i64 = s.cmd(&["PTTL", LOCK]);
     assert!(
         line_before > 11_000,
@@ -147,38 +146,27 @@ fn finding_4_a_short_join_keeps_the_places_of_others() {
     );
     assert!(lock > 5000, "the lock has {lock} ms left");
     assert!(
-        line > 11_000 && names > 11_000,
-        "cut by a short join (finding 4): line {line}, namings {names}"
+        line > 11_000,
+        "cut by a short join (finding 4): line {line}"
     );
 }
 
-/// Finding 1 (`direct_chain`): client 0 holds, a Redisson `tryLock()` poller is answered
-/// busy, client 1 waits (named); client 0's unlock grants client 1 directly, client 0's
-/// second task waits (named), client 1's unlock grants it directly. The lock is never
-/// free, nothing is published on its channel, and every try of the poller is busy: it
-/// is passed over by every grant. Flips when a poller gets a free moment (or the grant)
-/// within the bound.
+/// Finding 1 (`direct_chain`): client 0 holds, a Redisson `tryLock()` poller is
+/// answered busy, client 1 waits; client 0's unlock granted client 1 directly, and the
+/// lock was never free (every try of the poller busy, passed over by every grant). Fixed
+/// by taking direct grants out: the unlock publishes and the lock is free, so the
+/// poller's next try gets it. (Client 1's turn keeps this crate's other clients out for
+/// the turn window, never a Redisson peer.)
 #[test]
-fn finding_1_direct_grants_pass_a_poller_over() {
+fn finding_1_a_release_leaves_the_lock_free_for_a_poller() {
     let s = RedisServer::start();
     let _c0 = listen(&s, 0);
     let _c1 = listen(&s, 1);
-    let polled_busy = |s: &RedisServer| matches!(redisson_acquire(s), Value::Int(_));
-    assert!(granted(&acquire(&s, 0, 0, 3000, "fwd#1", 1)));
-    assert!(polled_busy(&s));
-    assert!(busy(&acquire(&s, 1, 0, 3000, "fwd#1", 1)));
-    assert_eq!(unlock(&s, 0, 0, "d", 2), Value::Int(4), "granted directly");
-    assert!(polled_busy(&s), "passed over once");
-    assert!(busy(&acquire(&s, 0, 1, 3000, "fwd#2", 3)));
-    assert_eq!(
-        unlock(&s, 1, 0, "d", 2),
-        Value::Int(4),
-        "granted directly back"
-    );
-    assert!(
-        polled_busy(&s),
-        "passed over twice, the lock never free (finding 1)"
-    );
+    assert!(granted(&acquire(&s, 0, 0, 3000, "fw", 1)));
+    assert!(matches!(redisson_acquire(&s), Value::Int(_)), "busy");
+    assert!(busy(&acquire(&s, 1, 0, 3000, "fw", 1)));
+    assert_eq!(unlock(&s, 0, 0, "", 2), Value::Int(1), "published");
+    assert_eq!(redisson_acquire(&s), Value::Nil, "the poller gets in");
 }
 
 /// The turn left over (found by the checker, `two_and_waiter`): client 1 is given the
@@ -194,7 +182,7 @@ fn a_turn_is_never_left_to_a_client_that_waits_for_nothing() {
     let s = RedisServer::start();
     let _c0 = listen(&s, 0);
     let _c1 = listen(&s, 1);
-    assert!(granted(&acquire(&s, 0, 0, 3000, "fwd#1", 1)));
+    assert!(granted(&acquire(&s, 0, 0, 3000, "fw", 1)));
     assert!(matches!(redisson_acquire(&s), Value::Int(_)));
     // The Redisson waiter subscribes after its busy answer.
     let mut r0 = s.conn();
@@ -202,17 +190,17 @@ fn a_turn_is_never_left_to_a_client_that_waits_for_nothing() {
         .arg(channel_name(LOCK))
         .exec(&mut r0)
         .unwrap();
-    assert!(busy(&acquire(&s, 1, 0, 3000, "fwd#1", 1)));
+    assert!(busy(&acquire(&s, 1, 0, 3000, "fw", 1)));
     assert_eq!(
-        unlock(&s, 0, 0, "d", 2),
+        unlock(&s, 0, 0, "", 2),
         Value::Int(1),
         "published, with client 1's turn"
     );
     assert_eq!(redisson_acquire(&s), Value::Nil, "Redisson takes it anyway");
-    assert!(busy(&acquire(&s, 1, 0, 3000, "fwdal#2", 2)));
+    assert!(busy(&acquire(&s, 1, 0, 3000, "fwl", 2)));
     assert_eq!(redisson_unlock(&s), Value::Int(1));
-    assert!(granted(&acquire(&s, 1, 0, 3000, "fwdal#3", 3)));
-    assert_eq!(unlock(&s, 1, 0, "d", 4), Value::Int(1));
+    assert!(granted(&acquire(&s, 1, 0, 3000, "fwl", 3)));
+    assert_eq!(unlock(&s, 1, 0, "", 4), Value::Int(1));
     let turn: Option<String> = s.cmd(&["GET", &turn_key(LOCK)]);
     assert_eq!(turn, None, "a turn for the client that just released");
     let line: Vec<String> = s.cmd(&["LRANGE", &clients_key(LOCK), "0", "-1"]);

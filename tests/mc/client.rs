@@ -10,12 +10,11 @@
 //!   request fault. A lost request is retried once with `r`, as the client's first
 //!   retry; it is never given up (`ATTEMPTS` is 3, the budgets here are at most 2).
 //! - Every task waits (`lock()` with an explicit lease, no watchdog, no `try_lock`), one
-//!   hold per task at a time, no re-entry: every acquire carries `f`, `w`, `d` with the
-//!   waiter number (task index + 1), and `a` once an earlier attempt named it.
+//!   hold per task at a time, no re-entry: every acquire carries `f` and `w`.
 //! - A task that starts while others of its client sleep asks Redis anyway (the client
 //!   queues it behind them without asking: `Handover::behind`); no early subscription.
-//! - The client hears the lock's channel and its own grant channel from its start to
-//!   its end or crash, subscribed at once; the turns channel's hints are ignored (a
+//! - The client hears the lock's channel from its start to its end or crash,
+//!   subscribed at once; the turns channel's hints are ignored (a
 //!   waiter woken by "0" asks and meets `TurnBusy` instead of letting the "0" pass); an
 //!   unlock message wakes every sleeping task of the client; a turn-busy reply sleeps
 //!   for the turn's PTTL (`turn_covered` false).
@@ -24,24 +23,15 @@
 //!   end-of-run flag `e`, `RUN_WINDOWS`, `held_back` and `limit` are not modelled.
 //! - Leaving the line (`LREM`) after a hand-over is sent in the same step; the janitor's
 //!   latch deletes are not sent (latches carry a TTL).
-//! - A direct grant heard by a task that is no longer sleeping and holds nothing is
-//!   released at once (`release_named`, flag `c`); one heard by a holder is ignored.
 
 use super::world::{ClientCfg, Config, World, LOCK};
 use crate::checker::store::Reply;
-use redis_rlock::protocol::{
-    channel_name, clients_key, grant_channel, next_key, token_key, turn_key, turns_channel,
-};
+use redis_rlock::protocol::{channel_name, clients_key, token_key, turn_key, turns_channel};
 
+/// A message the client heard: only the lock's unlock message is modelled.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Msg {
     Unlock,
-    /// A direct grant to task t by the naming of this number, heard on the client's own
-    /// channel.
-    Grant {
-        t: usize,
-        number: u8,
-    },
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -92,10 +82,6 @@ pub struct Task {
     pub joined: bool,
     /// Answered busy at least once in this wait (`Counted::Waiting`).
     pub busy_before: bool,
-    /// An attempt that names it was sent (its next attempts carry `a`); when.
-    pub named_at: Option<u64>,
-    /// Its latest naming's number (`Waiter::naming`: a new one per naming).
-    pub number: u8,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -108,8 +94,6 @@ pub struct Client {
     pub inbox: super::world::Inbox,
     pub crashed: bool,
     pub requests: u8,
-    /// Namings drawn so far (`Hub::next_seq`).
-    pub namings: u8,
 }
 
 /// Client c's id: 36 characters.
@@ -128,8 +112,6 @@ impl Client {
             phase: Phase::Idle { rounds },
             joined: false,
             busy_before: false,
-            named_at: None,
-            number: 0,
         };
         Client {
             idx: c,
@@ -140,7 +122,6 @@ impl Client {
             inbox: Default::default(),
             crashed: false,
             requests: 0,
-            namings: 0,
         }
     }
 
@@ -152,9 +133,9 @@ impl Client {
         !self.done()
     }
 
-    /// Its channels beyond the lock's: the turns channel and its own grant channel.
-    pub fn channels(&self) -> [String; 2] {
-        [turns_channel(LOCK), grant_channel(LOCK, &id(self.idx))]
+    /// Its channels beyond the lock's: the turns channel.
+    pub fn channels(&self) -> [String; 1] {
+        [turns_channel(LOCK)]
     }
 
     pub fn crash(&mut self) {
@@ -163,22 +144,9 @@ impl Client {
     }
 
     /// A message published on `channel`: kept if the client listens there.
-    pub fn hear(&mut self, channel: &str, payload: &[u8]) {
-        if !self.listening() {
-            return;
-        }
-        if channel == channel_name(LOCK) {
+    pub fn hear(&mut self, channel: &str, _payload: &[u8]) {
+        if self.listening() && channel == channel_name(LOCK) {
             self.inbox.push_back(Msg::Unlock);
-        } else if channel == grant_channel(LOCK, &id(self.idx)) {
-            let text = String::from_utf8_lossy(payload);
-            let mut parts = text.split(' ');
-            let number = parts.nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
-            let t: usize = parts
-                .next()
-                .and_then(|f| f.rsplit(':').next())
-                .and_then(|n| n.parse().ok())
-                .expect("a grant names a field of this client");
-            self.inbox.push_back(Msg::Grant { t: t - 1, number });
         }
     }
 
@@ -261,11 +229,7 @@ fn attempt(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8, seq: Optio
         (0, false) => "",
         _ => "k",
     };
-    let a = if task.named_at.is_some() { "a" } else { "" };
-    cl.namings += 1;
-    let number = cl.namings;
-    cl.tasks[t].number = number;
-    let flags = format!("fwd{a}{line}#{number}");
+    let flags = format!("fw{line}");
     cl.requests += 1;
     let latch = format!("redisson_acquire_latch:{{{LOCK}}}:c{c}n{}", cl.requests);
     let lease = w.cfg.clients[c].lease;
@@ -275,7 +239,6 @@ fn attempt(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8, seq: Optio
         latch,
         clients_key(LOCK),
         turn_key(LOCK),
-        next_key(LOCK),
     ];
     let args = vec![
         lease.to_string(),
@@ -301,7 +264,7 @@ fn send(w: &mut World, c: usize, t: usize, req: Req, lost: bool, rounds: u8) -> 
         match &mut req {
             Req::Acquire { args, .. } | Req::Release { args, .. } => {
                 let flags = args.last_mut().expect("flags");
-                flags.insert(1, 'r');
+                flags.insert(0, 'r');
             }
         }
         w.clients[c].tasks[t].phase = Phase::Retry { req, rounds };
@@ -371,19 +334,6 @@ fn release(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8) -> String 
         if give_way {
             flags.push('g');
         }
-        flags.push('d');
-        if give_way {
-            // `send_release`'s naming of the waiter it passes over.
-            flags.push('n');
-            if cl.in_line > 1 {
-                flags.push('k');
-            }
-            cl.namings += 1;
-            cl.tasks[n].number = cl.namings;
-            flags.push_str(&format!("#{}", cl.namings));
-        }
-    } else {
-        flags.push('d');
     }
     let mut keys = release_keys(c);
     keys[2] = unlock_latch(w, c);
@@ -404,8 +354,8 @@ fn release(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8) -> String 
     )
 }
 
-/// The keys of `unlock.lua` as `raw::plain_release_call` sends them (with the naming
-/// hash: direct grants are on). The latch is per request.
+/// The keys of `unlock.lua` as `raw::plain_release_call` sends them. The latch is per
+/// request.
 pub fn release_keys(c: usize) -> Vec<String> {
     let _ = c;
     vec![
@@ -416,7 +366,6 @@ pub fn release_keys(c: usize) -> Vec<String> {
         clients_key(LOCK),
         turn_key(LOCK),
         turns_channel(LOCK),
-        next_key(LOCK),
     ]
 }
 
@@ -452,7 +401,6 @@ pub fn unlock_latch(w: &mut World, c: usize) -> String {
 /// Delivers client c's next message.
 pub fn deliver(w: &mut World, c: usize) -> String {
     let msg = w.clients[c].inbox.pop_front().expect("a message");
-    let now = w.now();
     match msg {
         Msg::Unlock => {
             for task in &mut w.clients[c].tasks {
@@ -462,9 +410,5 @@ pub fn deliver(w: &mut World, c: usize) -> String {
             }
             format!("C{c}: hears unlock message, wakes its sleepers")
         }
-        Msg::Grant { t, number } if w.clients[c].tasks[t].number != number => {
-            format!("C{c}.t{t}: hears a direct grant by an older naming, not taken")
-        }
-        Msg::Grant { t, .. } => super::client_replies::direct_grant(w, c, t, now),
     }
 }

@@ -21,14 +21,13 @@ fn after_hold(rounds: u8) -> Phase {
     }
 }
 
-/// The task now holds until `until`; `by_redis`: a grant of Redis's (an acquire, a
-/// direct grant), which took the client out of the line already if it was its last.
+/// The task now holds until `until`; `by_redis`: a grant of Redis's (an acquire), which
+/// took the client out of the line already if it was its last.
 fn hold(w: &mut World, c: usize, t: usize, until: u64, rounds: u8, by_redis: bool) {
     let cl = &mut w.clients[c];
     let task = &mut cl.tasks[t];
     task.phase = Phase::Holding { until, rounds };
     task.busy_before = false;
-    task.named_at = None;
     if task.joined {
         task.joined = false;
         cl.in_line -= 1;
@@ -65,7 +64,6 @@ pub fn acquire(w: &mut World, c: usize, t: usize, reply: Reply, rounds: u8, seq:
         [Reply::Int(0), Reply::Int(pttl), rest @ ..] => {
             let task = &mut w.clients[c].tasks[t];
             task.busy_before = true;
-            task.named_at = Some(now);
             let wake = now + (*pttl).max(1) as u64;
             sleep(task, wake, seq, rounds);
             let why = if rest.is_empty() {
@@ -96,7 +94,8 @@ pub fn release(
         (Reply::Nil, true) | (Reply::Int(1), _) => "released",
         (Reply::Nil, false) => "held nothing",
         (Reply::Int(3), _) => "gave way",
-        (Reply::Int(4), _) => "granted directly to another client",
+        // Only where a seeded bug wrote the field behind the task's back.
+        (Reply::Int(0), _) => "holds remain",
         (Reply::Array(_), _) => "handed over",
         _ => panic!("unlock.lua answered {reply:?}"),
     };
@@ -114,16 +113,15 @@ pub fn release(
             hold(w, c, n, sent + lease, rounds, false);
             format!(": handed over to t{n}")
         }
-        // The waiter left meanwhile (taken by a direct grant): the hold goes back.
+        // The waiter left meanwhile: the hold goes back.
         "handed over" => format!(
             ": handed over to t{n}, who holds already{}",
-            give_back(w, c, n, "d")
+            give_back(w, c, n)
         ),
         "gave way" => {
             cl.streak = 0;
             let window = w.cfg.turn_window;
             let task = &mut cl.tasks[n];
-            task.named_at = Some(sent);
             if let Phase::Sleeping {
                 wake,
                 offered,
@@ -135,7 +133,7 @@ pub fn release(
                 *woken = false;
                 *wake = w.store.now_ms + window;
             }
-            format!(": gave way; t{n} sleeps on, named")
+            format!(": gave way; t{n} sleeps on")
         }
         _ => {
             // Withdrawn: the offered waiter asks Redis itself.
@@ -149,46 +147,15 @@ pub fn release(
     }
 }
 
-/// Releases a hold of task n that nobody will use (`release_detached` / `release_named`).
-fn give_back(w: &mut World, c: usize, n: usize, flags: &str) -> String {
+/// Releases a hold of task n that nobody will use (`release_detached`).
+fn give_back(w: &mut World, c: usize, n: usize) -> String {
     if matches!(w.clients[c].tasks[n].phase, Phase::Holding { .. }) {
         return String::new();
     }
     let mut keys = super::client::release_keys(c);
     keys[2] = super::client::unlock_latch(w, c);
-    let args = super::client::release_args(w, c, n, "", "0", flags);
+    let args = super::client::release_args(w, c, n, "", "0", "");
     let src = w.cfg.scripts.unlock.clone();
     let r = w.run(&src, &keys, &args);
     format!("; gives it back -> {r:?}")
-}
-
-/// A direct grant heard on the client's own channel for task t.
-pub fn direct_grant(w: &mut World, c: usize, t: usize, now: u64) -> String {
-    let lease = w.cfg.clients[c].lease;
-    let task = &w.clients[c].tasks[t];
-    match (&task.phase, task.named_at) {
-        (Phase::Sleeping { rounds, .. }, Some(at)) if at + lease > now => {
-            let rounds = *rounds;
-            hold(w, c, t, at + lease, rounds, true);
-            format!(
-                "C{c}.t{t}: hears a direct grant, holds until {} ms",
-                at + lease - super::world::EPOCH
-            )
-        }
-        (Phase::Holding { .. }, _) => format!("C{c}.t{t}: hears a direct grant of the hold it has"),
-        // Its acquire's retry (`r`, `f`) adopts the grant.
-        (Phase::Retry { .. }, _) => format!("C{c}.t{t}: hears a direct grant; its retry adopts it"),
-        (Phase::Sleeping { .. }, _) => {
-            // Past its lease (`grant.sent + granted <= now`): given back, and it asks.
-            let back = give_back(w, c, t, "d");
-            if let Phase::Sleeping { woken, .. } = &mut w.clients[c].tasks[t].phase {
-                *woken = true;
-            }
-            format!("C{c}.t{t}: hears a direct grant too late{back}")
-        }
-        _ => {
-            let back = give_back(w, c, t, "dc");
-            format!("C{c}.t{t}: hears a direct grant it cannot use{back}")
-        }
-    }
 }

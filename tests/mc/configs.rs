@@ -58,7 +58,7 @@ pub fn mixed() -> Config {
 }
 
 /// Two clients of this crate, the first with two tasks, and a Redisson poller (issue
-/// 24, finding 1: direct grants between clients pass the poller over).
+/// 24, finding 1: direct grants between clients passed the poller over).
 pub fn direct_chain() -> Config {
     Config {
         clients: vec![client(2, 1, 3), client(1, 1, 3)],
@@ -68,8 +68,8 @@ pub fn direct_chain() -> Config {
     }
 }
 
-/// A client holds while another client's two tasks wait (issue 24, finding 2: the
-/// direct grant's LPOP then RPUSH leaves the line without a TTL).
+/// A client holds while another client's two tasks wait (issue 24, finding 2: a line
+/// emptied by LPOP and made anew by RPUSH had no TTL).
 pub fn keep_naming() -> Config {
     Config {
         clients: vec![client(1, 1, 3), client(2, 1, 3)],
@@ -105,8 +105,8 @@ pub fn small_with(faults: Faults) -> Config {
     Config { faults, ..small() }
 }
 
-/// Two clients of this crate with one task each and a Redisson `lock()` waiter: while it
-/// waits it is subscribed, and the unlock script then grants no client directly.
+/// Two clients of this crate with one task each and a Redisson `lock()` waiter, which
+/// nobody may pass over (bypass bound 0).
 pub fn two_and_waiter() -> Config {
     Config {
         clients: vec![client(1, 1, 3), client(1, 1, 3)],

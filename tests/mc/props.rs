@@ -5,7 +5,7 @@ use super::client::{self, Phase};
 use super::redisson;
 use super::world::{World, LOCK};
 use crate::checker::store::{Store, Value};
-use redis_rlock::protocol::{clients_key, next_key, token_key, turn_key};
+use redis_rlock::protocol::{clients_key, token_key, turn_key};
 
 pub const MUTEX: &str = "mutual exclusion";
 pub const TTL: &str = "every key carries a TTL";
@@ -36,27 +36,22 @@ pub fn check(w: &World) -> Vec<&'static str> {
 }
 
 /// Once every actor has finished, none crashed and no fault touched the store, the
-/// lock, its line, its turn and its namings are gone (latches are the janitor's, and
+/// lock, its line and its turn are gone (latches are the janitor's, and
 /// carry a TTL).
 fn clean(w: &World) -> Option<&'static str> {
     let crashed = w.clients.iter().any(|c| c.crashed) || w.redisson.iter().any(|a| a.crashed);
     if !w.all_done() || crashed {
         return None;
     }
-    let left = [
-        LOCK.to_string(),
-        clients_key(LOCK),
-        turn_key(LOCK),
-        next_key(LOCK),
-    ];
+    let left = [LOCK.to_string(), clients_key(LOCK), turn_key(LOCK)];
     left.iter()
         .any(|k| w.store.entry(k.as_bytes()).is_some())
         .then_some(CLEAN)
 }
 
 /// Properties of one script run: every key it leaves has a TTL (but Redisson's fencing
-/// counter), and a key of the line or the namings that was there before is not cut
-/// shorter (a join must not take places from clients already waiting).
+/// counter), and the line, if it was there before, is not cut shorter (a join must not
+/// take places from clients already waiting).
 pub fn on_step(before: &Store, after: &Store) -> Vec<&'static str> {
     let mut broken = Vec::new();
     let token = token_key(LOCK);
@@ -66,7 +61,7 @@ pub fn on_step(before: &Store, after: &Store) -> Vec<&'static str> {
     {
         broken.push(TTL);
     }
-    for key in [clients_key(LOCK), next_key(LOCK)] {
+    for key in [clients_key(LOCK)] {
         let at = |s: &Store| s.entry(key.as_bytes()).and_then(|e| e.expires_at);
         if let (Some(b), Some(a)) = (at(before), at(after)) {
             if a < b {
@@ -98,8 +93,8 @@ fn waiting(w: &World) -> Vec<(u8, Vec<u8>)> {
         .collect()
 }
 
-/// A grant to another owner while the lock was held (a hand-over across owners, a
-/// direct grant): every other waiting owner is passed over once more. A hand-over
+/// A grant to another owner while the lock was held (a hand-over across owners, which
+/// the protocol never makes): every other waiting owner is passed over once more. A hand-over
 /// inside one client is its run of hand-overs, bounded by its window, not counted.
 pub fn count_bypass(w: &mut World, before: &Store) {
     let (old, new) = (holders(before), holders(&w.store));

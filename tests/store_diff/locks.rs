@@ -5,8 +5,7 @@
 //! of the scripts reaches the store.
 
 use redis_rlock::protocol::{
-    channel_name, clients_key, grant_channel, next_key, queue_key, timeout_key, token_key,
-    turn_key, turns_channel,
+    channel_name, clients_key, queue_key, timeout_key, token_key, turn_key, turns_channel,
 };
 
 use super::compare::Shape;
@@ -91,33 +90,15 @@ fn letters(r: &mut Rng, odds: &[(char, u64)]) -> String {
 
 fn acquire(r: &mut Rng) -> Call {
     let name = r.pick(&NAMES);
-    let mut flags = letters(
-        r,
-        &[
-            ('f', 50),
-            ('r', 20),
-            ('F', 25),
-            ('w', 70),
-            ('d', 50),
-            ('a', 15),
-        ],
-    );
+    let mut flags = letters(r, &[('f', 50), ('r', 20), ('F', 25), ('w', 70)]);
     flags += r.pick(&["k", "l", ""]);
-    if flags.contains('d') {
-        flags += &format!("#{}", 1 + r.below(4));
-    }
-    let c = script!("acquire")
+    script!("acquire")
         .key(name)
         .key(token_key(name))
         .key(latch("redisson_acquire_latch", name, r))
         .key(clients_key(name))
-        .key(turn_key(name));
-    let c = if flags.contains('d') || flags.contains('a') {
-        c.key(next_key(name))
-    } else {
-        c
-    };
-    c.arg(lease(r))
+        .key(turn_key(name))
+        .arg(lease(r))
         .arg(field(r))
         .arg(latch_ttl(r))
         .arg(r.pick(&["0", "100", "3000", "3000"]))
@@ -126,26 +107,8 @@ fn acquire(r: &mut Rng) -> Call {
 }
 
 fn unlock_flags(r: &mut Rng) -> String {
-    let mut flags = letters(
-        r,
-        &[
-            ('r', 15),
-            ('F', 25),
-            ('g', 25),
-            ('e', 20),
-            ('d', 60),
-            ('c', 15),
-        ],
-    );
-    let named = r.chance(30);
-    if named {
-        flags += r.pick(&["n", "N"]);
-        flags += r.pick(&["k", ""]);
-    }
+    let mut flags = letters(r, &[('r', 15), ('F', 25), ('g', 25), ('e', 20)]);
     flags += publish(r).strip_suffix("publish").unwrap_or("");
-    if named {
-        flags += &format!("#{}", 1 + r.below(4));
-    }
     flags
 }
 
@@ -161,16 +124,7 @@ fn unlock(r: &mut Rng, s: &Store) -> Call {
         .key(clients_key(name))
         .key(turn_key(name))
         .key(turns_channel(name));
-    let c = if flags.contains('d') || flags.contains('c') {
-        c.key(next_key(name))
-    } else {
-        c
-    };
-    let holds = if flags.contains('c') && r.chance(50) {
-        "0"
-    } else {
-        r.pick(&["1", "1", "2"])
-    };
+    let holds = r.pick(&["1", "1", "2"]);
     let next = if r.chance(50) {
         field(r)
     } else {
@@ -262,10 +216,7 @@ pub fn plain_step(r: &mut Rng, s: &Store) -> Step {
         Force => Step::Call(force_unlock(r)),
         Leave => Step::Call(command(&["lrem", &clients_key("a"), "0", r.pick(&CLIENTS)])),
         Toggle => {
-            // The turns channel and each client's own more often than the lock's: a
-            // direct grant needs them heard, and the lock's no more than the turns'.
-            let mut channels = vec![channel_name("a"), turns_channel("a"), turns_channel("a")];
-            channels.extend(CLIENTS.iter().map(|c| grant_channel("a", c)));
+            let channels = vec![channel_name("a"), turns_channel("a")];
             toggle(r, &channels)
         }
         Sleep => Step::Sleep(r.pick(&[30, 70, 160])),
