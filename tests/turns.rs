@@ -651,3 +651,54 @@ async fn a_run_of_hand_overs_gives_way_to_another_client_in_line() {
         "grants of a while b waited, per round: {behind:?}"
     );
 }
+
+/// Issue 24, finding 3: the locks `t3` and `{t3}` hash to one slot, and their line and
+/// turn were the same keys. A release of `t3` gave the turn to the first client in that
+/// line, which waited for `{t3}` only; the client waiting for `t3` was then held off for
+/// the whole turn window (here 600 ms). Each name has its own line and turn now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_of_one_name_holds_nobody_off_a_name_of_the_same_slot() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(600);
+    let (x, y, z, w) = (
+        client(&s, window).await,
+        client(&s, window).await,
+        client(&s, window).await,
+        client(&s, window).await,
+    );
+    let braced = z.lock("{t3}").lock().await.unwrap();
+    let plain = x.lock("t3").lock().await.unwrap();
+    let lined_up = |name: &'static str, c: &Client| {
+        let id = c.id().to_string();
+        let s = &s;
+        async move {
+            let until = Instant::now() + Duration::from_secs(5);
+            while !line(s, name).contains(&id) {
+                assert!(Instant::now() < until, "{id} never lined up for {name}");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    // `y` waits for `{t3}` first, then `w` for `t3`.
+    let other = take_and_release(y.lock("{t3}"));
+    lined_up("{t3}", &y).await;
+    let waiter = take_and_release(w.lock("t3"));
+    lined_up("t3", &w).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let released = Instant::now();
+    plain.unlock().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter of t3 got it")
+        .unwrap();
+    let after = got.saturating_duration_since(released);
+    assert!(
+        after < Duration::from_millis(300),
+        "the waiter got t3 {after:?} after its release (a turn for a waiter of {{t3}})"
+    );
+    braced.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), other)
+        .await
+        .expect("the waiter of {t3} got it")
+        .unwrap();
+}

@@ -223,6 +223,38 @@ impl Store {
         self.keys.iter().filter(|(_, e)| !self.expired(e))
     }
 
+    /// The same state with every key, field, member, value and channel passed through
+    /// `rename` (the checker's symmetry reduction renames interchangeable clients).
+    pub fn renamed(&self, rename: &dyn Fn(&[u8]) -> Vec<u8>) -> Store {
+        let value = |v: &Value| match v {
+            Value::Str(b) => Value::Str(rename(b)),
+            Value::Hash(h) => Value::Hash(h.iter().map(|(f, v)| (rename(f), rename(v))).collect()),
+            Value::List(l) => Value::List(l.iter().map(|i| rename(i)).collect()),
+            Value::ZSet(z) => {
+                Value::ZSet(z.iter().map(|(m, sc)| (rename(m), Score(sc.0))).collect())
+            }
+        };
+        let channels =
+            |m: &BTreeMap<Vec<u8>, u64>| m.iter().map(|(c, n)| (rename(c), *n)).collect();
+        Store {
+            keys: self
+                .keys
+                .iter()
+                .map(|(k, e)| {
+                    let entry = Entry {
+                        value: value(&e.value),
+                        expires_at: e.expires_at,
+                    };
+                    (rename(k), entry)
+                })
+                .collect(),
+            now_ms: self.now_ms,
+            subscribers: channels(&self.subscribers),
+            shard_subscribers: channels(&self.shard_subscribers),
+            outbox: self.outbox.clone(),
+        }
+    }
+
     /// Drops every expired key (they are invisible anyway): two states that differ only
     /// in dead keys then compare and hash equal.
     pub fn purge_expired(&mut self) {

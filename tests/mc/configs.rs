@@ -116,3 +116,14 @@ pub fn two_and_waiter() -> Config {
         ..base()
     }
 }
+
+/// The issue's bound: three clients of this crate with two tasks each, a Redisson
+/// `lock()` waiter and a Redisson `tryLock()` poller, one round each.
+pub fn issue_bound(time_bound: u64) -> Config {
+    Config {
+        clients: vec![client(2, 1, 3); 3],
+        redisson: vec![(Kind::Waiter, 3), (Kind::Poller(2), 3)],
+        time_bound,
+        ..base()
+    }
+}

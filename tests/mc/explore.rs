@@ -27,6 +27,12 @@ pub trait Model {
     fn violations(&self, s: &Self::State) -> Vec<&'static str>;
     /// What a trace shows of its last state.
     fn describe(&self, s: &Self::State) -> String;
+    /// The state's identity for "seen before": by default its own fingerprint; a model
+    /// with symmetric actors gives one fingerprint to every state that differs from
+    /// another only by a renaming of them (symmetry reduction).
+    fn fingerprint(&self, s: &Self::State) -> u128 {
+        fingerprint(s)
+    }
 }
 
 /// The first counterexample found for a property: the shortest, as BFS goes by depth.
@@ -60,7 +66,7 @@ impl Report {
     }
 }
 
-fn fingerprint<S: Hash>(s: &S) -> u128 {
+pub fn fingerprint<S: Hash>(s: &S) -> u128 {
     let mut a = DefaultHasher::new();
     s.hash(&mut a);
     let mut b = DefaultHasher::new();
@@ -78,7 +84,7 @@ pub fn explore<M: Model>(model: &M, limit: usize) -> Report {
     let mut parents: Vec<(u32, u16)> = vec![(u32::MAX, 0)];
     let mut depth_of: Vec<u16> = vec![0];
     let mut seen: HashSet<u128> = HashSet::new();
-    seen.insert(fingerprint(&init));
+    seen.insert(model.fingerprint(&init));
     let mut queue = VecDeque::from([(init, 0u32)]);
     let mut found: Vec<Counterexample> = Vec::new();
     let mut transitions = 0;
@@ -95,7 +101,7 @@ pub fn explore<M: Model>(model: &M, limit: usize) -> Report {
         for (i, a) in model.actions(&s).iter().enumerate() {
             transitions += 1;
             let (next, _) = model.step(&s, a);
-            let fp = fingerprint(&next);
+            let fp = model.fingerprint(&next);
             if !seen.insert(fp) {
                 continue;
             }
@@ -114,6 +120,75 @@ pub fn explore<M: Model>(model: &M, limit: usize) -> Report {
         elapsed: started.elapsed(),
         found,
     }
+}
+
+/// Depth-first, for configs whose frontier would not fit in memory breadth-first: only
+/// the path is kept, beside the fingerprints of the states seen (16 bytes each). Every
+/// reachable state is still visited once (a state is skipped only when its fingerprint
+/// was seen, and the bounds keep the graph finite); a counterexample is the path that
+/// found it, not the shortest.
+pub fn explore_dfs<M: Model>(model: &M, limit: usize) -> Report {
+    let started = Instant::now();
+    let init = model.init();
+    let mut seen: HashSet<u128> = HashSet::new();
+    seen.insert(model.fingerprint(&init));
+    let mut found: Vec<Counterexample> = Vec::new();
+    let mut transitions = 0;
+    let mut max_depth = 0;
+    let check = |s: &M::State, path: &[u16], found: &mut Vec<Counterexample>| {
+        for p in model.violations(s) {
+            if !found.iter().any(|c| c.property == p) {
+                let trace = replay_path(model, path);
+                found.push(Counterexample { property: p, trace });
+            }
+        }
+    };
+    check(&init, &[], &mut found);
+    let first = model.actions(&init);
+    // Per level: the state, its actions and the next one to take.
+    let mut stack = vec![(init, first, 0usize)];
+    let mut path: Vec<u16> = Vec::new();
+    while let Some((s, actions, next)) = stack.last_mut() {
+        if *next == actions.len() {
+            stack.pop();
+            path.pop();
+            continue;
+        }
+        let i = *next;
+        *next += 1;
+        transitions += 1;
+        let (state, _) = model.step(s, &actions[i]);
+        if !seen.insert(model.fingerprint(&state)) {
+            continue;
+        }
+        assert!(seen.len() <= limit, "more than {limit} states");
+        path.push(i as u16);
+        max_depth = max_depth.max(path.len());
+        check(&state, &path, &mut found);
+        let actions = model.actions(&state);
+        stack.push((state, actions, 0));
+    }
+    Report {
+        states: seen.len(),
+        transitions,
+        max_depth,
+        elapsed: started.elapsed(),
+        found,
+    }
+}
+
+/// The steps from the initial state along `path` (action indices), replayed.
+fn replay_path<M: Model>(model: &M, path: &[u16]) -> Vec<String> {
+    let mut s = model.init();
+    let mut lines = Vec::new();
+    for &i in path {
+        let a = &model.actions(&s)[i as usize];
+        let (next, line) = model.step(&s, a);
+        lines.push(line);
+        s = next;
+    }
+    lines.push(format!("final state: {}", model.describe(&s)));
+    lines
 }
 
 /// The steps from the initial state to state `idx`, replayed by their action indices.

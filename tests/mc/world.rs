@@ -63,7 +63,7 @@ pub struct Faults {
 }
 
 /// One crate client: how many tasks, rounds per task, and its lease.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct ClientCfg {
     pub tasks: usize,
     pub rounds: u8,
@@ -315,7 +315,81 @@ impl World {
     }
 }
 
-/// The world as a model for the explorer.
+/// Client c's id and request latches in `b`, renamed to client `perm[c]`'s.
+fn rename_clients(b: &[u8], perm: &[usize]) -> Vec<u8> {
+    const ID: &[u8] = b"cccccccc-cccc-4ccc-8ccc-";
+    let number = |d: &[u8]| -> usize { std::str::from_utf8(d).unwrap().parse().unwrap() };
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &b[i..];
+        if rest.starts_with(ID) && rest.len() >= 36 {
+            out.extend_from_slice(client::id(perm[number(&rest[24..36])]).as_bytes());
+            i += 36;
+            continue;
+        }
+        // A request latch's name ends in `:c<client>n<request>`.
+        if rest.starts_with(b":c") {
+            let digits = rest[2..].iter().take_while(|x| x.is_ascii_digit()).count();
+            if digits > 0 && rest.get(2 + digits) == Some(&b'n') {
+                let c = perm[number(&rest[2..2 + digits])];
+                out.extend_from_slice(format!(":c{c}n").as_bytes());
+                i += 3 + digits;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Every ordering of 0..n.
+fn permutations(n: usize) -> Vec<Vec<usize>> {
+    if n == 0 {
+        return vec![Vec::new()];
+    }
+    let mut all = Vec::new();
+    for p in permutations(n - 1) {
+        for at in 0..=p.len() {
+            let mut q = p.clone();
+            q.insert(at, n - 1);
+            all.push(q);
+        }
+    }
+    all
+}
+
+impl World {
+    /// This world with client c renamed `perm[c]`: its place among the clients, its id
+    /// and its request latches in the store, and its bypass count.
+    fn permuted(&self, perm: &[usize]) -> World {
+        let mut clients = self.clients.clone();
+        for (c, cl) in self.clients.iter().enumerate() {
+            let mut cl = cl.clone();
+            cl.idx = perm[c];
+            clients[perm[c]] = cl;
+        }
+        let mut passed: Vec<(u8, u8)> = self
+            .passed
+            .iter()
+            .map(|&(who, n)| match who {
+                w if w >= 100 => (100 + perm[usize::from(w - 100)] as u8, n),
+                w => (w, n),
+            })
+            .collect();
+        passed.sort_unstable();
+        World {
+            store: self.store.renamed(&|b| rename_clients(b, perm)),
+            clients,
+            passed,
+            ..self.clone()
+        }
+    }
+}
+
+/// The world as a model for the explorer. With `symmetry` (every client configured
+/// alike), states that differ only by which client is which are one state.
 pub struct Checked(pub Config);
 
 impl Model for Checked {
@@ -339,6 +413,23 @@ impl Model for Checked {
 
     fn violations(&self, s: &World) -> Vec<&'static str> {
         props::check(s)
+    }
+
+    fn fingerprint(&self, s: &World) -> u128 {
+        let cfg = &self.0.clients;
+        if cfg.len() < 2 || cfg.iter().any(|c| *c != cfg[0]) {
+            return super::explore::fingerprint(s);
+        }
+        PERMS.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.first().map_or(true, |q| q.len() != cfg.len()) {
+                *p = permutations(cfg.len());
+            }
+            p.iter()
+                .map(|perm| super::explore::fingerprint(&s.permuted(perm)))
+                .min()
+                .expect("at least one ordering")
+        })
     }
 
     fn describe(&self, s: &World) -> String {
@@ -376,6 +467,10 @@ fn show(v: &crate::checker::store::Value) -> String {
         }
         Value::ZSet(z) => format!("{z:?}"),
     }
+}
+
+thread_local! {
+    static PERMS: std::cell::RefCell<Vec<Vec<usize>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Messages a crate client has heard and not yet handled.
