@@ -259,11 +259,10 @@ impl Waiting<'_> {
             release_detached(target.inner().clone(), target.hold(&self.field));
             return Step::Attempt;
         }
-        target.inner().stats.count(if grant.direct {
-            Event::DirectGrant
-        } else {
-            Event::HandedOver(grant.sent.elapsed())
-        });
+        target
+            .inner()
+            .stats
+            .count(Event::HandedOver(grant.sent.elapsed()));
         let granted = self.lease.unwrap_or(target.inner().config.watchdog_timeout);
         if grant.sent + granted <= Instant::now() {
             // As for an acquire answered too late: a guard would be lost on arrival. The
