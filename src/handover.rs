@@ -231,7 +231,6 @@ impl Handover {
             state: Mutex::new(State::Free),
             changed: Notify::new(),
             naming: Mutex::new(None),
-            pending: Mutex::new(None),
             direct,
             named_by_unlock: AtomicBool::new(false),
             left_named: Mutex::new(None),
@@ -254,31 +253,6 @@ impl Handover {
     pub(crate) fn name_offered(&self, ticket: &Ticket) -> (u64, Option<(u64, Instant)>) {
         let n = self.next_seq.fetch_add(1, Ordering::Relaxed);
         (n, ticket.name_by_unlock(n))
-    }
-
-    /// Another client's unlock granted `name` to this client's waiter of `field` (its
-    /// message was heard). `false` when no waiter of that field and naming takes it (one
-    /// that gave up releases such a grant itself, see `release_named`).
-    /// `waiter`: the number the naming carried (see [`Ticket::naming`]): a later
-    /// attempt, or call, of the same field has another.
-    pub(crate) fn direct_grant(
-        &self,
-        name: &Arc<str>,
-        field: &str,
-        waiter: u64,
-        token: u64,
-    ) -> bool {
-        self.table.with_queue(name, |q| {
-            let Some(t) = q.named.get(field).cloned() else {
-                return false;
-            };
-            if !t.grant_directly(waiter, token) {
-                return false;
-            }
-            // Granted: no unlock of this client may offer it the lock now.
-            q.sleeping.remove(&t.seq);
-            true
-        })
     }
 
     fn remove(&self, name: &Arc<str>, seq: u64) {
@@ -386,7 +360,6 @@ impl Waiter {
             state: Mutex::new(State::Free),
             changed: Notify::new(),
             naming: Mutex::new(*self.ticket.naming.lock()),
-            pending: Mutex::new(None),
             direct: self.direct,
             named_by_unlock: AtomicBool::new(self.named_by_unlock()),
             left_named: Mutex::new(None),
@@ -425,7 +398,6 @@ impl Waiter {
     /// A direct grant heard for this waiter is not another hold: the waiter's own
     /// attempt adopted it, or gave it back.
     fn discard_grant(&self) {
-        self.ticket.pending.lock().take();
         let mut s = self.ticket.state.lock();
         if matches!(*s, State::Granted(g) if g.direct) {
             *s = State::Free;

@@ -70,9 +70,6 @@ pub(crate) struct Ticket {
     /// is taken (an older naming's grant is adopted by that attempt instead), and its
     /// lease runs from that send.
     pub(crate) naming: Mutex<Option<(u64, Instant)>>,
-    /// A direct grant that came while an offer of this client was in flight: it takes
-    /// the place of the offer's outcome unless the offer handed the lock over.
-    pub(crate) pending: Mutex<Option<Grant>>,
     /// Known by its field for direct grants (see `Handover::waiter`).
     pub(crate) direct: bool,
     /// An unlock of this client that may give way to another client was sent with this
@@ -126,35 +123,6 @@ impl Ticket {
         *self.naming.lock() = before;
     }
 
-    /// Another client's unlock granted this waiter the lock directly, by the naming
-    /// `number` (its message was heard). `false` when that is not the waiter's latest
-    /// naming, or the waiter has left.
-    pub(crate) fn grant_directly(&self, number: u64, token: u64) -> bool {
-        let sent = match *self.naming.lock() {
-            Some((n, sent)) if n == number => sent,
-            _ => return false,
-        };
-        let grant = Grant {
-            token,
-            sent,
-            unacked: false,
-            direct: true,
-        };
-        let mut s = self.state.lock();
-        match *s {
-            // This client's unlock is settling an offer to it (a release of another
-            // field, which holds nothing: the lock is another client's): the offer's
-            // outcome gives way to this grant.
-            State::Offered => *self.pending.lock() = Some(grant),
-            // A settled outcome not yet seen is not a hold; this grant is.
-            State::Free | State::Passed | State::Unsure => *s = State::Granted(grant),
-            _ => return false,
-        }
-        drop(s);
-        self.changed.notify_one();
-        true
-    }
-
     /// The unlock did not hand over (holds remained, or nothing was held): the waiter
     /// goes back to acquiring on its own. `false` if the waiter has left.
     pub(crate) fn revert(&self) -> bool {
@@ -179,10 +147,7 @@ impl Ticket {
         let mut s = self.state.lock();
         let found = *s;
         if found == State::Offered {
-            *s = match self.pending.lock().take() {
-                Some(grant) => State::Granted(grant),
-                None => to,
-            };
+            *s = to;
         }
         drop(s);
         self.changed.notify_one();
