@@ -70,7 +70,7 @@ pub(crate) use rw::{
 pub use rw::{read_turn_key, reader_key, rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
 pub use shape::{is_holder_field, is_lock_hash};
 pub use turns::{clients_key, grant_channel, next_key, turn_key, turns_channel};
-pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl, withdraw_naming, NextNaming};
+pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl, NextNaming};
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
 /// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster

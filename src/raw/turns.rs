@@ -80,33 +80,3 @@ pub(crate) async fn lock_pttl(conn: &Conn, name: &str) -> Result<i64> {
     let reply = super::query(conn, name, redis::cmd("PTTL").arg(name).clone()).await?;
     redis::from_redis_value(reply).map_err(|e| Error::Redis(e.into()))
 }
-
-/// Withdraws this client's naming of `field` as the taker of a direct grant of `name`
-/// (`docs/protocol.md` 2.7) if it is still there, and releases nothing: `unlock.lua`
-/// with flag `c` and no holds to give back. For a waiter that left while this client's
-/// own unlock was handing it the lock: that unlock settles the hold.
-pub(crate) async fn withdraw_naming(conn: &Conn, name: &str, field: &str) -> Result<()> {
-    let channel = super::channel_name(name);
-    let latch = super::latch_key(name, &super::request_id());
-    let call = super::ReleaseCall {
-        name,
-        channel: &channel,
-        token_key: "",
-        latch: &latch,
-        field,
-        next: None,
-        keep: None,
-        holds: 0,
-        latch_ttl: std::time::Duration::from_millis(1),
-        retry: false,
-        fenced: false,
-        kind: super::Kind::Plain,
-        turn_window: std::time::Duration::ZERO,
-        gives_way: false,
-        ends_run: false,
-        direct: false,
-        unname: true,
-        names_next: None,
-    };
-    super::release(conn, &call).await.map(|_| ())
-}
