@@ -109,8 +109,6 @@ impl Target {
                             _ => raw::Line::Keep,
                         }
                     },
-                    designate: None,
-                    named: false,
                 };
                 let sync_retries = match inner.conn.sync() {
                     ReplicaSync::Wait {

@@ -154,9 +154,6 @@ async fn send_release(
         turn_window: inner.config.turn_window,
         gives_way: terms == Terms::GiveWay,
         ends_run: terms == Terms::EndOfStreak,
-        direct: false,
-        unname: false,
-        names_next: None,
     };
     let mut attempt = 0;
     let outcome = loop {
@@ -222,7 +219,7 @@ async fn send_release(
         }
     }
     match outcome {
-        Ok(Release::GaveWay | Release::Passed) => Ok(Release::Released),
+        Ok(Release::GaveWay) => Ok(Release::Released),
         other => other,
     }
 }
