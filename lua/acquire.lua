@@ -5,10 +5,6 @@
 -- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
 -- KEYS[4]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
 -- KEYS[5]  whose turn it is to take the lock after a release: redisson_lock_turn:{<name>}
--- KEYS[6]  which waiter of each client in line takes a direct grant (only with 'd' or
---          'a'): redisson_lock_next:{<name>},
---          client id -> "<until ms> <lease> <F|-> <k|-> <waiter number> <#name> <name><field>"
---          (names such as 'a' and '{a}' share the key, so the lock's name is in it)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>"
 -- ARGV[3]  how long the latch is kept, in ms
@@ -26,13 +22,6 @@
 --              (other waiters of the client remain: it stays, or joins again at the back
 --              after using its turn) or leave (its last waiter in line); neither: the
 --              client is not in line
---          'd' on a busy reply the caller (fresh, waiting) is named its client's taker of
---              a direct grant (KEYS[6]): another client's unlock may write its field itself.
---              '#<n>' after the letters: the waiter's number, which the grant's message
---              repeats, so that a later call of the same field does not take it
---          'a' an earlier attempt of this call was so named: a hold of the field found
---              here is that grant (adopted, not counted twice), and a grant to the caller
---              withdraws the naming (as it does for a retry with 'd')
 -- Returns {1, token, latched} when the caller now holds the lock; for a fenced lock the
 -- token is larger than every token issued before for this name, for a plain one it is 0.
 -- latched is 1 when the latch was written (the client deletes it once the request has
@@ -64,23 +53,22 @@ if flag('r') then
         lease_from_now()
         return {1, tonumber(granted), 1}
     end
-end
--- The client held nothing, and now it does: the first send ran and granted (a retry), a
--- hand-over whose reply was lost did, or another client's unlock granted this waiter
--- directly ('a'). The lease is counted from now, as above.
-if (flag('r') or flag('a')) and knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    lease_from_now()
-    local token = 0
-    if fenced then
-        token = tonumber(redis.call('get', KEYS[2]))
+    -- The client held nothing, and now it does: the first send ran and granted, or a
+    -- hand-over whose reply was lost did. The lease is counted from now, as above.
+    if knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        lease_from_now()
+        local token = 0
+        if fenced then
+            token = tonumber(redis.call('get', KEYS[2]))
+        end
+        return {1, token, 0}
     end
-    return {1, token, 0}
 end
 local turns = tonumber(ARGV[4] or '0') > 0
 local waits = flag('w')
 local me = string.sub(ARGV[2], 1, 36)
--- A TTL of at least ms: a place or naming is never cut short by a waiter whose own lease
--- is shorter than another's, and a key made anew (by RPUSH after LPOP) gets one.
+-- A TTL of at least ms: a place is never cut short by a waiter whose own lease is
+-- shorter than another's, and a key made anew (by RPUSH after LPOP) gets one.
 local function keep_for(key, ms)
     if redis.call('pttl', key) < ms then
         redis.call('pexpire', key, string.format('%d', ms))
@@ -92,22 +80,6 @@ local function wait_in_line()
     end
     keep_for(KEYS[4], 2 * tonumber(ARGV[1]))
 end
--- On a busy reply: with 'd', the caller becomes its client's taker of a direct grant.
-local function wait_busy()
-    wait_in_line()
-    -- Through pcall: an ACL without TIME costs the direct grants, not the lock.
-    local now = flag('d') and redis.pcall('time')
-    if type(now) == 'table' and not now.err then
-        -- Valid for half the lease: the client counts a direct grant's lease from this
-        -- call's send, so it then still has at least half of it.
-        local until_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-            + math.floor(tonumber(ARGV[1]) / 2)
-        redis.call('hset', KEYS[6], me, string.format('%d %s %s %s %s %d %s%s', until_ms,
-            ARGV[1], fenced and 'F' or '-', line == 'keep' and 'k' or '-',
-            string.match(flags, '#(%d+)') or '0', #KEYS[1], KEYS[1], ARGV[2]))
-        keep_for(KEYS[6], 2 * tonumber(ARGV[1]))
-    end
-end
 local fresh = redis.call('exists', KEYS[1]) == 0
 local turn = false
 if fresh and turns then
@@ -116,7 +88,7 @@ if fresh and turns then
     turn = redis.call('get', KEYS[5])
     if turn and turn ~= me then
         if waits then
-            wait_busy()
+            wait_in_line()
         end
         return {0, redis.call('pttl', KEYS[5]), 1}
     end
@@ -137,14 +109,6 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     -- short-lease hold must not cut off an outer watchdog hold.
     if fresh or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
-    end
-    if flag('a') or (flag('d') and flag('r')) then
-        -- This caller may still be named to take a direct grant (by an earlier attempt,
-        -- or by this one's first send): it has the lock now.
-        local named = redis.call('hget', KEYS[6], me)
-        if named and string.sub(named, -#KEYS[1] - #ARGV[2] - 1) == ' ' .. KEYS[1] .. ARGV[2] then
-            redis.call('hdel', KEYS[6], me)
-        end
     end
     if turn then
         -- This client's turn is used. The release took it out of the line, but a busy
@@ -173,6 +137,6 @@ if is_lock(KEYS[1]) == false then
     return not_a_lock(KEYS[1])
 end
 if turns and waits then
-    wait_busy()
+    wait_in_line()
 end
 return {0, redis.call('pttl', KEYS[1])}

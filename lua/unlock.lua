@@ -6,10 +6,7 @@
 -- KEYS[4]  fencing token counter: redisson_lock_token:{<name>}
 -- KEYS[5]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
 -- KEYS[6]  whose turn it is to take the lock: redisson_lock_turn:{<name>}
--- KEYS[7]  this crate's turns channel: redisson_lock_turns:{<name>}; a client's own is
---          KEYS[7] .. ':' .. <client id>, where it hears of a direct grant
--- KEYS[8]  which waiter of each client in line takes a direct grant (only with 'd' or
---          'c'): redisson_lock_next:{<name>} (see acquire.lua)
+-- KEYS[7]  this crate's turns channel: redisson_lock_turns:{<name>}
 -- ARGV[1]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[2]  holder field
 -- ARGV[3]  how long the latch is kept, in ms
@@ -28,34 +25,25 @@
 --              then published with that client's turn, and this client, which still
 --              has waiters, goes to the back of the line
 --          's' publish with SPUBLISH (a cluster with sharded pub/sub), else PUBLISH
---          'd' a full release may grant the lock directly to the waiter that the first
---              client in line named (KEYS[8]), instead of publishing
---          'c' the releasing field may be named in KEYS[8] (its waiter gave up): withdrawn;
---              with ARGV[4] = 0 nothing else is done
 --          'e' the hand-over to ARGV[5] comes at the end of this client's run of them
 --              (its window is over): it goes ahead only if no one else may be waiting,
 --              that is no other client in KEYS[5] and no subscriber of KEYS[2] but this
 --              client; else the release is published, as without ARGV[5]
---          'n' or 'N' (with 'g' and 'd'): when the hand-over gives way, ARGV[5] is named
---              this client's taker of a direct grant (KEYS[8], as acquire.lua names a
---              waiter), fenced with 'N'; '#<n>' after the letters is its waiter number
---          'k' with 'n' or 'N': the client has other waiters, so a direct grant to ARGV[5]
---              keeps its place in KEYS[5]
 -- The unlock message is Redisson's, "0".
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
 -- released and published, 3 when it was published because the hand-over gave way (the
--- flag 'g'), 4 when it was granted directly to another client's waiter, {2, token} when it was handed over to ARGV[5] (with a new fencing token for
--- a fenced lock, 0 for a plain one). A partial release latches '0' and
--- a hand-over 'h<token>'; a full release that published latches nothing: a retry finds
--- the field gone, which the client reads as "released".
+-- flag 'g'), {2, token} when it was handed over to ARGV[5] (with a new fencing token for
+-- a fenced lock, 0 for a plain one). A partial release latches '0' and a hand-over
+-- 'h<token>'; a full release that published latches nothing: a retry finds the field
+-- gone, which the client reads as "released".
 local flags = ARGV[8]
 local function flag(letter)
     return string.find(flags, letter, 1, true) ~= nil
 end
 local publish = flag('s') and 'spublish' or 'publish'
--- A write that only a hand-over, a direct grant or a hint needs goes through this: out
--- of memory ('maxmemory', 'noeviction') Redis refuses it, and the release must then go
--- on as a plain published one, which writes nothing that could be refused.
+-- A write that only a hand-over or a hint needs goes through this: out of memory
+-- ('maxmemory', 'noeviction') Redis refuses it, and the release must then go on as a
+-- plain published one, which writes nothing that could be refused.
 local function try_write(...)
     local reply = redis.pcall(...)
     return not (type(reply) == 'table' and reply.err)
@@ -68,30 +56,6 @@ local function keep_for(key, ms)
     end
 end
 local me = string.sub(ARGV[2], 1, 36)
--- A naming (see acquire.lua): its parts, or nil when it is not for this lock.
-local function naming(named)
-    local until_ms, lease, fence, keep, waiter, len, rest =
-        string.match(named or '', '^(%d+) (%d+) (.) (.) (%d+) (%d+) (.+)$')
-    if not rest or string.sub(rest, 1, tonumber(len)) ~= KEYS[1] then
-        return nil
-    end
-    return {until_ms = tonumber(until_ms), lease = lease, fence = fence, keep = keep,
-        waiter = waiter, field = string.sub(rest, tonumber(len) + 1)}
-end
--- Withdraws the client's naming of `field` as the taker of a direct grant.
-local function unname(field)
-    local n = naming(redis.call('hget', KEYS[8], me))
-    if n and n.field == field then
-        redis.call('hdel', KEYS[8], me)
-    end
-end
-if flag('c') then
-    unname(ARGV[2])
-    -- No holds to give back: the withdrawal was all.
-    if ARGV[4] == '0' then
-        return nil
-    end
-end
 if flag('r') then
     local done = redis.call('get', KEYS[3])
     if done then
@@ -130,22 +94,6 @@ if ARGV[5] ~= '' and flag('g') and turns then
             keep_for(KEYS[5], 2 * tonumber(ARGV[6]))
         end
         gave_way = true
-        -- The waiter the hand-over would have served sleeps on, and nothing else of
-        -- this client asks Redis: named here, it can be granted the lock directly when
-        -- the client's turn comes, instead of waiting for a published release.
-        local fenced = flag('N')
-        if flag('d') and (fenced or flag('n')) then
-            local now = redis.pcall('time')
-            if type(now) == 'table' and not now.err then
-                local until_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-                    + math.floor(tonumber(ARGV[6]) / 2)
-                if try_write('hset', KEYS[8], me, string.format('%d %s %s %s %s %d %s%s',
-                    until_ms, ARGV[6], fenced and 'F' or '-', flag('k') and 'k' or '-',
-                    string.match(flags, '#(%d+)') or '0', #KEYS[1], KEYS[1], ARGV[5])) then
-                    keep_for(KEYS[8], 2 * tonumber(ARGV[6]))
-                end
-            end
-        end
     end
 end
 -- Whether anyone but this client may wait for the lock: another client in line, or a
@@ -186,75 +134,12 @@ if ARGV[5] ~= '' and not gave_way and not run_over then
         -- Only this latch tells a retry that the hand-over happened: the next holder's
         -- field could also have been written by an acquire of its own still in flight.
         redis.call('set', KEYS[3], 'h' .. token, 'px', ARGV[3])
-        if flag('d') then
-            unname(ARGV[5])
-        end
         return {2, token}
     end
 end
 local next_client = false
 if turns then
     next_client = redis.call('lindex', KEYS[5], 0)
-end
--- Grants the lock straight to the waiter that `client` (first in line, not this one)
--- named, if that naming is still valid, the client still listens on its own channel,
--- and no subscriber of the lock's channel is outside this crate (a Redisson waiter, or
--- a client of this crate without turns: they hear only published releases, so those
--- go on).
-local function grant_directly(client)
-    local n = naming(redis.call('hget', KEYS[8], client))
-    if not n then
-        return false
-    end
-    -- Through pcall: an ACL without TIME or PUBSUB costs the direct grants, not the
-    -- release, which is then published as usual.
-    local now = redis.pcall('time')
-    if type(now) ~= 'table' or now.err
-        or tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > n.until_ms then
-        return false
-    end
-    -- NUMSUB counts exact subscribers only (a pattern that matches the client's channel
-    -- is not the client).
-    local own = KEYS[7] .. ':' .. client
-    local counts = redis.pcall('pubsub', flag('s') and 'shardnumsub' or 'numsub', KEYS[2],
-        KEYS[7], own)
-    -- A count past any real number of clients is not believed: Valkey 9.1.2 was seen
-    -- answering hundreds of millions here.
-    if type(counts) ~= 'table' or counts.err or tonumber(counts[2]) > tonumber(counts[4])
-        or tonumber(counts[6]) < 1 or tonumber(counts[4]) > 1000000 then
-        return false
-    end
-    local token = 0
-    if n.fence == 'F' then
-        token = redis.pcall('incr', KEYS[4])
-        if type(token) ~= 'number' or token < 1 then
-            return false
-        end
-    end
-    -- The grant before its message: a write refused (out of memory) must not leave a
-    -- message for a grant that was never made, nor fail the release.
-    if not try_write('hset', KEYS[1], n.field, 1) then
-        return false
-    end
-    local heard = redis.pcall(publish, own, token .. ' ' .. n.waiter .. ' ' .. n.field)
-    if type(heard) ~= 'number' or heard < 1 then
-        redis.call('hdel', KEYS[1], n.field)
-        return false
-    end
-    redis.call('hdel', KEYS[1], ARGV[2])
-    redis.call('pexpire', KEYS[1], n.lease)
-    redis.call('lpop', KEYS[5])
-    redis.call('hdel', KEYS[8], client)
-    if n.keep == 'k' then
-        -- Other waiters of that client still wait: it keeps a place, at the back.
-        redis.call('rpush', KEYS[5], client)
-        keep_for(KEYS[5], 2 * tonumber(n.lease))
-    end
-    return true
-end
-if next_client and next_client ~= me and flag('d') and grant_directly(next_client) then
-    -- A hand-over that gave way still says so: its waiter sleeps on, in its place.
-    return gave_way and 3 or 4
 end
 -- The turn is named before the unlock message, on a channel of this crate's own (a
 -- Redisson client never hears it): a subscriber gets both in this order. It is only a

@@ -12,12 +12,12 @@ mod waiting;
 pub(crate) use waiting::Wait;
 use waiting::{Queued, Step, Waiting};
 
-use crate::attempt::{Place, Tried};
+use crate::attempt::Tried;
 use crate::config::check_lease;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::identity::OwnerId;
-use crate::line::InLine;
+use crate::line::{Counted, InLine};
 use crate::raw;
 use crate::stats::Event;
 use crate::target::{Kind, Target};
@@ -112,28 +112,12 @@ impl Target {
         if matches!(wait, Wait::Until(_)) && behind.is_none() {
             line.join_before_attempt();
         }
-        // A waiter that another client's unlock may grant the lock to directly is known
-        // by its field before its first attempt, which names it if answered busy: the
-        // grant's message may come before that answer does (`docs/protocol.md` 2.7).
-        let direct = self.kind == Kind::Plain && self.inner().grants_directly();
-        let mut queued = match (wait, behind) {
-            (Wait::Until(_), None) if direct => Some(self.queued(&field, lease, true)),
-            _ => None,
-        };
         let ttl = match behind {
             Some(left) => Some(left),
             None => {
-                let place = match &mut queued {
-                    Some(q) => q.before_attempt(line.counted(true)),
-                    None => Place::counted(line.counted(true)),
-                };
                 let tried = self
-                    .attempt_within(owner, &field, lease, false, wait, place)
-                    .await;
-                if let Some(q) = &mut queued {
-                    q.after_attempt(&tried);
-                }
-                let tried = tried?;
+                    .attempt_within(owner, &field, lease, false, wait, line.counted(true))
+                    .await?;
                 match tried {
                     Some(Tried::Held(guard)) => {
                         line.granted_by_redis = true;
@@ -188,10 +172,7 @@ impl Target {
             // subscription; the attempt right after the SUBSCRIBE is confirmed covers it.
             sub.ready(bound).await;
         }
-        let queued = match queued {
-            Some(q) => q,
-            None => self.queued(&field, lease, direct),
-        };
+        let queued = self.queued(&field, lease);
         let mut waiting = Waiting {
             target: self,
             owner,
@@ -227,17 +208,14 @@ impl Target {
             };
         };
         // A holder leaves in the background; one that gives up is out before it returns.
-        if matches!(outcome, Ok(Some(_))) {
-            waiting.queued.held = true;
-        } else {
+        if !matches!(outcome, Ok(Some(_))) {
             waiting.line.leave().await;
         }
         outcome
     }
 
-    /// A waiter's place in the hand-over queue; `direct`: known by its field for direct
-    /// grants too.
-    fn queued(&self, field: &Arc<str>, lease: Option<Duration>, direct: bool) -> Queued {
+    /// A waiter's place in the hand-over queue.
+    fn queued(&self, field: &Arc<str>, lease: Option<Duration>) -> Queued {
         let inner = self.inner();
         Queued {
             waiter: inner.handover.waiter(
@@ -245,13 +223,9 @@ impl Target {
                 field,
                 lease.unwrap_or(inner.config.watchdog_timeout),
                 self.fenced,
-                direct,
             ),
             inner: inner.clone(),
             hold: self.hold(field),
-            direct,
-            named: false,
-            held: false,
         }
     }
 
@@ -313,7 +287,7 @@ impl Target {
         lease: Option<Duration>,
         adopt: bool,
         wait: Wait,
-        place: Place,
+        in_line: Counted,
     ) -> Result<Option<Tried>> {
         self.inner().check_open()?;
         let until = match wait {
@@ -321,7 +295,7 @@ impl Target {
             Wait::Until(deadline) => deadline,
         };
         let waits = matches!(wait, Wait::Until(_));
-        let attempt = self.attempt(owner, field, lease, adopt, waits, place);
+        let attempt = self.attempt(owner, field, lease, adopt, waits, in_line);
         match until {
             None => attempt.await.map(Some),
             Some(at) => match tokio::time::timeout_at(at, attempt).await {

@@ -19,30 +19,6 @@ use crate::stats::Event;
 use crate::table::{Begin, InFlightGuard};
 use crate::target::{Hold, Target, ATTEMPTS};
 
-/// Where an attempt of a waiting call stands in the lock's line: how it counts among
-/// its client's waiters (turns), and its part in direct grants (`docs/protocol.md` 2.7).
-#[derive(Clone, Copy)]
-pub(crate) struct Place {
-    pub(crate) in_line: Counted,
-    /// On a busy answer, the caller is named its client's taker of a direct grant,
-    /// known by this number (its waiter's).
-    pub(crate) designate: Option<u64>,
-    /// An earlier attempt of the call was so named: a hold of its field found in Redis
-    /// is that grant, adopted.
-    pub(crate) named: bool,
-}
-
-impl Place {
-    /// Counted so, and no part in direct grants.
-    pub(crate) fn counted(in_line: Counted) -> Place {
-        Place {
-            in_line,
-            designate: None,
-            named: false,
-        }
-    }
-}
-
 /// What one acquire attempt found.
 pub(crate) enum Tried {
     /// The lock is taken.
@@ -60,6 +36,8 @@ impl Target {
     /// `Err(ttl)` (inside `Ok`) when the lock is busy.
     /// `adopt`: a failed unlock may have handed this task the lock; the request is then
     /// sent as a retry, which adopts such a hold instead of taking a second one.
+    /// `in_line`: how the caller counts among its client's waiters in the lock's line
+    /// (turns).
     pub(crate) async fn attempt(
         &self,
         owner: OwnerId,
@@ -67,9 +45,8 @@ impl Target {
         lease: Option<Duration>,
         adopt: bool,
         waits: bool,
-        place: Place,
+        in_line: Counted,
     ) -> Result<Tried> {
-        let Place { in_line, .. } = place;
         let inner = self.inner().clone();
         let hold = self.hold(field);
         // A fenced re-entry draws a token of its own in Redis, as Redisson's does.
@@ -132,10 +109,6 @@ impl Target {
                             _ => raw::Line::Keep,
                         }
                     },
-                    // Only a call that knows of no hold of its field: a grant written
-                    // to the field can then be told from a hold of the caller's own.
-                    designate: place.designate.filter(|_| fresh),
-                    named: place.named && fresh,
                 };
                 let sync_retries = match inner.conn.sync() {
                     ReplicaSync::Wait {
@@ -190,8 +163,6 @@ impl Target {
             };
             async move { (outcome.await, in_flight) }
         };
-        // This attempt names its caller for a direct grant if answered busy.
-        let names = place.designate.is_some() && fresh;
         let orphan = {
             let (inner, hold) = (inner.clone(), hold.clone());
             move |(outcome, in_flight): (Result<(Attempt, Instant)>, InFlightGuard)| async move {
@@ -199,12 +170,6 @@ impl Target {
                 match outcome {
                     Ok((Attempt::Acquired { .. }, _)) => undo_grant(&inner, &hold).await,
                     Ok((Attempt::Busy(_) | Attempt::TurnBusy(_), _)) => {
-                        // It named a caller that left (its own withdrawal may have run
-                        // first, on a retry's late answer).
-                        if names {
-                            let _ =
-                                raw::withdraw_naming(&inner.conn, &hold.name, &hold.field).await;
-                        }
                         // A busy answer to a waiting caller put the client in the line,
                         // and the caller left before hearing it: unless others of the
                         // client wait there, no turn should go to it.

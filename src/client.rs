@@ -21,7 +21,7 @@ use crate::janitor::Janitor;
 use crate::latch::CountDownLatch;
 use crate::lock::Lock;
 use crate::permits::PermitExpirableSemaphore;
-use crate::pubsub::{GrantSink, PubSubHub};
+use crate::pubsub::PubSubHub;
 use crate::raw::Kind;
 use crate::semaphore::Semaphore;
 use crate::services::ClientInner;
@@ -144,14 +144,6 @@ impl ClientBuilder {
             config.handover_window,
             crate::services::runs_past_window(&conn),
         ));
-        // Direct grants heard on this client's own channels go to its waiters.
-        let grants = crate::services::grants_directly(&config, &conn).then(|| {
-            let handover = handover.clone();
-            let sink: GrantSink = Box::new(move |name, field, waiter, token| {
-                handover.direct_grant(name, field, waiter, token)
-            });
-            sink
-        });
         let pubsub = PubSubHub::start(
             &self.deployment,
             &conn,
@@ -159,7 +151,7 @@ impl ClientBuilder {
             &runtime,
             &background,
             stats.clone(),
-            (id.as_str().into(), grants),
+            id.as_str().into(),
         )
         .await?;
         let janitor = Janitor::start(conn.clone(), &runtime, &background);

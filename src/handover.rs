@@ -22,7 +22,7 @@
 //! lease is a grant whose waiter stopped waiting for it because the unlock's future was
 //! not polled for longer than the unlock's own timeouts ([`Waiter::abandon_offer`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -133,13 +133,7 @@ impl Handover {
         } else {
             Terms::Outright
         };
-        // A ticket granted directly meanwhile is not offered.
-        let ticket = loop {
-            let (_, t) = queue.sleeping.pop_first()?;
-            if *t.state.lock() == State::Free {
-                break t;
-            }
-        };
+        let (_, ticket) = queue.sleeping.pop_first()?;
         if queue.streak == 0 {
             queue.streak_began = Some(now);
         }
@@ -212,16 +206,13 @@ impl Handover {
     }
 
     /// A waiter of `name` that will sleep between attempts; it is not in the queue
-    /// until it [`park`](Waiter::park)s. `direct`: another client's unlock may grant it
-    /// the lock once an attempt of it named it (`docs/protocol.md` 2.7); it can be
-    /// found by its field for that from now on.
+    /// until it [`park`](Waiter::park)s.
     pub(crate) fn waiter(
         self: &Arc<Self>,
         name: &Arc<str>,
         field: &Arc<str>,
         lease: Duration,
         fenced: bool,
-        direct: bool,
     ) -> Waiter {
         let ticket = Arc::new(Ticket {
             field: field.clone(),
@@ -230,55 +221,12 @@ impl Handover {
             seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(State::Free),
             changed: Notify::new(),
-            naming: Mutex::new(None),
-            pending: Mutex::new(None),
-            direct,
-            named_by_unlock: AtomicBool::new(false),
-            left_named: Mutex::new(None),
         });
-        if direct {
-            self.table.with_queue(name, |q| {
-                q.named.insert(field.clone(), ticket.clone());
-            });
-        }
         Waiter {
             hub: self.clone(),
             name: name.clone(),
             ticket,
-            direct,
         }
-    }
-
-    /// The number by which an unlock that may give way names `ticket`'s waiter (see
-    /// [`Ticket::name_by_unlock`]), and the naming it had before.
-    pub(crate) fn name_offered(&self, ticket: &Ticket) -> (u64, Option<(u64, Instant)>) {
-        let n = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        (n, ticket.name_by_unlock(n))
-    }
-
-    /// Another client's unlock granted `name` to this client's waiter of `field` (its
-    /// message was heard). `false` when no waiter of that field and naming takes it (one
-    /// that gave up releases such a grant itself, see `release_named`).
-    /// `waiter`: the number the naming carried (see [`Ticket::naming`]): a later
-    /// attempt, or call, of the same field has another.
-    pub(crate) fn direct_grant(
-        &self,
-        name: &Arc<str>,
-        field: &str,
-        waiter: u64,
-        token: u64,
-    ) -> bool {
-        self.table.with_queue(name, |q| {
-            let Some(t) = q.named.get(field).cloned() else {
-                return false;
-            };
-            if !t.grant_directly(waiter, token) {
-                return false;
-            }
-            // Granted: no unlock of this client may offer it the lock now.
-            q.sleeping.remove(&t.seq);
-            true
-        })
     }
 
     fn remove(&self, name: &Arc<str>, seq: u64) {
@@ -298,8 +246,6 @@ pub(crate) struct Waiter {
     hub: Arc<Handover>,
     name: Arc<str>,
     ticket: Arc<Ticket>,
-    /// Registered by field for direct grants.
-    direct: bool,
 }
 
 impl Waiter {
@@ -385,88 +331,15 @@ impl Waiter {
             seq: self.ticket.seq,
             state: Mutex::new(State::Free),
             changed: Notify::new(),
-            naming: Mutex::new(*self.ticket.naming.lock()),
-            pending: Mutex::new(None),
-            direct: self.direct,
-            named_by_unlock: AtomicBool::new(self.named_by_unlock()),
-            left_named: Mutex::new(None),
         });
-        if self.direct {
-            self.hub.table.with_queue(&self.name, |q| {
-                q.named.insert(ticket.field.clone(), ticket.clone());
-            });
-        }
         self.ticket = ticket;
         Woke::Free
-    }
-
-    /// An attempt that may name this waiter the taker of a direct grant is sent now:
-    /// the number it names the waiter by (unique in the client). From now on only a
-    /// grant to this number is taken (see [`Ticket::naming`]).
-    pub(crate) fn naming(&self) -> u64 {
-        let n = self.hub.next_seq.fetch_add(1, Ordering::Relaxed);
-        *self.ticket.naming.lock() = Some((n, Instant::now()));
-        n
-    }
-
-    /// Whether an unlock of this client may have named this waiter (see
-    /// [`Ticket::named_by_unlock`]).
-    pub(crate) fn named_by_unlock(&self) -> bool {
-        self.ticket.named_by_unlock.load(Ordering::Acquire)
-    }
-
-    /// The attempt failed, and may have run: a grant made to it, or adopted and given
-    /// back by it, is not taken; the next attempt adopts what is there.
-    pub(crate) fn unname(&self) {
-        *self.ticket.naming.lock() = None;
-        self.discard_grant();
-    }
-
-    /// A direct grant heard for this waiter is not another hold: the waiter's own
-    /// attempt adopted it, or gave it back.
-    fn discard_grant(&self) {
-        self.ticket.pending.lock().take();
-        let mut s = self.ticket.state.lock();
-        if matches!(*s, State::Granted(g) if g.direct) {
-            *s = State::Free;
-        }
-    }
-
-    /// The waiter took the lock by an attempt of its own, which adopted a direct grant
-    /// if one was made: no grant heard from now on is another hold.
-    pub(crate) fn took(&self) {
-        self.unname();
-    }
-
-    /// [`leave`](Self::leave) for a waiter that may be named to take a direct grant
-    /// (`docs/protocol.md` 2.7), with `in_flight`, its field's in-flight guard. If an
-    /// unlock of this client is offering it the lock, that unlock may not hold the lock
-    /// at all (a hold given back in the background), so another client's unlock may
-    /// grant the waiter directly meanwhile: the guard then stays with the ticket, and
-    /// the unlocking side withdraws the naming and gives back such a grant before
-    /// later requests of the field go out ([`Left::Offered`]). Otherwise the guard is
-    /// dropped.
-    pub(crate) fn leave_named(&self, in_flight: Box<dyn Send + Sync>) -> Left {
-        *self.ticket.left_named.lock() = Some(in_flight);
-        let left = self.leave();
-        if !matches!(left, Left::Offered) {
-            self.ticket.left_named.lock().take();
-        }
-        left
     }
 
     /// Leaves for good. Returns a grant that arrived and was never taken: the caller
     /// must release that hold. An offer still in flight is left to the unlocking side,
     /// which releases the hold if it is granted: [`Left::Offered`].
     pub(crate) fn leave(&self) -> Left {
-        if self.direct {
-            let (field, seq) = (&self.ticket.field, self.ticket.seq);
-            self.hub.table.with_queue(&self.name, |q| {
-                if q.named.get(field).is_some_and(|t| t.seq == seq) {
-                    q.named.remove(field);
-                }
-            });
-        }
         self.hub.remove(&self.name, self.ticket.seq);
         let mut s = self.ticket.state.lock();
         let left = match *s {

@@ -49,9 +49,6 @@ pub(crate) struct ChannelEntry {
     /// A plain lock's channel with turns on: the turns channel subscribed with it
     /// (`docs/protocol.md` 2.6). Such a channel also lingers (see [`timers::LINGER`]).
     turns: Option<Arc<str>>,
-    /// With direct grants, this client's own channel for the lock, subscribed with
-    /// `turns` (see `raw::grant_channel`).
-    mine: Option<Arc<str>>,
     turn: Mutex<TurnState>,
     /// Since when the entry has had no waiter (a lingering channel).
     idle_since: Mutex<Option<Instant>>,
@@ -66,7 +63,7 @@ impl ChannelEntry {
     /// Redis confirmed the subscription of `channel`. The lock's own channel makes the
     /// entry ready; its turns channel, subscribed before it, does not.
     fn confirmed(&self, channel: &str) {
-        if self.turns.as_deref() == Some(channel) || self.mine.as_deref() == Some(channel) {
+        if self.turns.as_deref() == Some(channel) {
             return;
         }
         self.ready.store(true, Ordering::SeqCst);
@@ -157,16 +154,7 @@ struct HubShared {
     me: Arc<str>,
     turn_window: Duration,
     timers: Mutex<Vec<(Instant, Timer)>>,
-    /// Where a direct grant heard on a client's own channel goes: the lock name, the
-    /// holder field granted and its token; `true` once a waiter took it. `None`: this
-    /// client takes no direct grants (`docs/protocol.md` 2.7).
-    grants: Option<GrantSink>,
 }
-
-/// Takes a direct grant to a waiter of this client (with the client's id, what the hub
-/// is started with): lock name, holder field, waiter number, token: lock name, holder field, token.
-/// `true` when a waiter of that field took it.
-pub(crate) type GrantSink = Box<dyn Fn(&Arc<str>, &str, u64, u64) -> bool + Send + Sync>;
 
 /// The per-client pub/sub hub.
 pub(crate) struct PubSubHub {
@@ -203,7 +191,7 @@ impl PubSubHub {
         runtime: &Handle,
         background: &Background,
         stats: Arc<Counters>,
-        (me, grants): (Arc<str>, Option<GrantSink>),
+        me: Arc<str>,
     ) -> Result<PubSubHub> {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(HubShared {
@@ -215,7 +203,6 @@ impl PubSubHub {
             me,
             turn_window: config.turn_window,
             timers: Mutex::new(Vec::new()),
-            grants,
         });
         let weak = Arc::downgrade(&shared);
         let timeouts = (config.connect_timeout, config.response_timeout);
@@ -275,10 +262,6 @@ impl PubSubHub {
             Some(e) => e.clone(),
             None => {
                 let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-                let mine: Option<Arc<str>> = match (turns, &self.shared.grants) {
-                    (Some(t), Some(_)) => Some(format!("{t}:{}", self.shared.me).into()),
-                    _ => None,
-                };
                 let entry = Arc::new(ChannelEntry {
                     id,
                     waiters: AtomicU64::new(0),
@@ -286,14 +269,13 @@ impl PubSubHub {
                     ready: AtomicBool::new(false),
                     ready_changed: Notify::new(),
                     turns: turns.cloned(),
-                    mine: mine.clone(),
                     turn: Mutex::default(),
                     idle_since: Mutex::new(None),
                     linger_pending: AtomicBool::new(false),
                 });
-                // All in one batch, so one SUBSCRIBE confirms them; the turns channels
+                // All in one batch, so one SUBSCRIBE confirms them; the turns channel
                 // first, so that no turn message is missed once the lock's is confirmed.
-                for ch in mine.as_ref().into_iter().chain(turns).chain([channel]) {
+                for ch in turns.into_iter().chain([channel]) {
                     channels.insert(ch.clone(), entry.clone());
                     let _ = self
                         .shared
@@ -433,25 +415,6 @@ impl Drop for Subscription {
 }
 
 impl HubShared {
-    /// A direct grant on this client's own channel: `<token> <waiter> <holder field>`. Given to
-    /// the waiter of that field under one of the channel's lock names; one that is not
-    /// waiting is left alone (a waiter that gave up releases such a grant itself, and
-    /// one that took the lock by an attempt meanwhile adopted it).
-    fn on_grant(&self, entry: &ChannelEntry, payload: &[u8]) {
-        let Some(sink) = &self.grants else { return };
-        let mut parts = std::str::from_utf8(payload).ok().map(|p| p.splitn(3, ' '));
-        let mut next = || parts.as_mut().and_then(|p| p.next());
-        let (Some(token), Some(waiter), Some(field)) = (next(), next(), next()) else {
-            return;
-        };
-        let (Ok(token), Ok(waiter)) = (token.parse::<u64>(), waiter.parse::<u64>()) else {
-            return;
-        };
-        let names: Vec<Arc<str>> = entry.names.lock().keys().cloned().collect();
-        let taken = names.iter().any(|name| sink(name, field, waiter, token));
-        tracing::debug!(%field, token, waiter, taken, "direct grant heard");
-    }
-
     /// Every entry loses its confirmed subscription; waiters retry now rather than
     /// sleep through a message that will never come.
     fn disconnected(&self) {
@@ -471,10 +434,6 @@ impl HubShared {
         if let Some(entry) = entry {
             if entry.turns.as_deref() == Some(channel) {
                 self.on_turn(&entry, payload);
-                return;
-            }
-            if entry.mine.as_deref() == Some(channel) {
-                self.on_grant(&entry, payload);
                 return;
             }
             // Redisson's lock sends "0": one waiter per name may go. On a read-write

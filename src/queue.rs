@@ -5,16 +5,13 @@
 //! A ticket is settled exactly once, under its own mutex, by whichever side comes second:
 //! the unlock delivering a grant, or the waiter leaving (cancelled or out of time).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-use crate::hash::Seeded;
 
 /// Where one waiter's ticket stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,10 +45,6 @@ pub(crate) struct Grant {
     /// Replica sync is on and no replica acknowledged the hand-over: the waiter gives
     /// it back, as an acquisition of its own would be rolled back, and acquires anew.
     pub(crate) unacked: bool,
-    /// Granted by another client's unlock to the waiter its client named
-    /// (`docs/protocol.md` 2.7), not handed over by this client; `sent` is then when
-    /// the waiter's attempt that named it was sent.
-    pub(crate) direct: bool,
 }
 
 /// One sleeping waiter, as the unlocking side sees it.
@@ -65,26 +58,6 @@ pub(crate) struct Ticket {
     pub(crate) seq: u64,
     pub(crate) state: Mutex<State>,
     pub(crate) changed: Notify,
-    /// The number and send time of the waiter's latest attempt that may have named it
-    /// the taker of a direct grant (`None`: never named). Only a grant to that number
-    /// is taken (an older naming's grant is adopted by that attempt instead), and its
-    /// lease runs from that send.
-    pub(crate) naming: Mutex<Option<(u64, Instant)>>,
-    /// A direct grant that came while an offer of this client was in flight: it takes
-    /// the place of the offer's outcome unless the offer handed the lock over.
-    pub(crate) pending: Mutex<Option<Grant>>,
-    /// Known by its field for direct grants (see `Handover::waiter`).
-    pub(crate) direct: bool,
-    /// An unlock of this client that may give way to another client was sent with this
-    /// waiter's naming (`docs/protocol.md` 2.7): the naming may be in Redis until the
-    /// waiter ends, so a waiter that gives up withdraws it, and its attempts adopt a
-    /// grant they find (and take the naming out when they get the lock).
-    pub(crate) named_by_unlock: AtomicBool,
-    /// A waiter that may be named and left while an unlock of its client offered it the
-    /// lock: its field's in-flight guard (the table's), which the unlocking side drops
-    /// once it has settled what the waiter left in Redis (see `Waiter::leave_named`).
-    /// Boxed as any value: the guard is only kept alive.
-    pub(crate) left_named: Mutex<Option<Box<dyn Send + Sync>>>,
 }
 
 impl Ticket {
@@ -107,86 +80,31 @@ impl Ticket {
         delivered
     }
 
-    /// An offer that gives way to another client (`Terms::GiveWay`) will name this
-    /// waiter the taker of a direct grant by `number` (`docs/protocol.md` 2.7) if the
-    /// hand-over does give way. Set before the unlock is sent, since the grant's message
-    /// may come before the unlock's reply; from then on the waiter counts as named (see
-    /// [`named_by_unlock`](Self::named_by_unlock)) until it ends. Returns the naming it
-    /// had before, which [`unname_by_unlock`](Self::unname_by_unlock) puts back if the
-    /// reply shows that the unlock did not name it.
-    pub(crate) fn name_by_unlock(&self, number: u64) -> Option<(u64, Instant)> {
-        self.named_by_unlock.store(true, Ordering::Release);
-        self.naming.lock().replace((number, Instant::now()))
-    }
-
-    /// The unlock that was to name this waiter did not give way (it handed over, or
-    /// found holds left): its naming is the one it had before. It still counts as named
-    /// by an unlock: an earlier one may have named it, and that naming may be there.
-    pub(crate) fn unname_by_unlock(&self, before: Option<(u64, Instant)>) {
-        *self.naming.lock() = before;
-    }
-
-    /// Another client's unlock granted this waiter the lock directly, by the naming
-    /// `number` (its message was heard). `false` when that is not the waiter's latest
-    /// naming, or the waiter has left.
-    pub(crate) fn grant_directly(&self, number: u64, token: u64) -> bool {
-        let sent = match *self.naming.lock() {
-            Some((n, sent)) if n == number => sent,
-            _ => return false,
-        };
-        let grant = Grant {
-            token,
-            sent,
-            unacked: false,
-            direct: true,
-        };
-        let mut s = self.state.lock();
-        match *s {
-            // This client's unlock is settling an offer to it (a release of another
-            // field, which holds nothing: the lock is another client's): the offer's
-            // outcome gives way to this grant.
-            State::Offered => *self.pending.lock() = Some(grant),
-            // A settled outcome not yet seen is not a hold; this grant is.
-            State::Free | State::Passed | State::Unsure => *s = State::Granted(grant),
-            _ => return false,
-        }
-        drop(s);
-        self.changed.notify_one();
-        true
-    }
-
     /// The unlock did not hand over (holds remained, or nothing was held): the waiter
-    /// goes back to acquiring on its own. `false` if the waiter has left.
-    pub(crate) fn revert(&self) -> bool {
+    /// goes back to acquiring on its own.
+    pub(crate) fn revert(&self) {
         self.settle(State::Free)
     }
 
-    /// The unlock gave way to another client's turn (see [`State::Passed`]). `false` if
-    /// the waiter has left.
-    pub(crate) fn pass(&self) -> bool {
+    /// The unlock gave way to another client's turn (see [`State::Passed`]).
+    pub(crate) fn pass(&self) {
         self.settle(State::Passed)
     }
 
     /// The unlock failed, and may have handed over before it did (see `State::Unsure`).
-    /// `false` if the waiter has left: a hand-over it never learns of ends with its
-    /// lease.
-    pub(crate) fn unsure(&self) -> bool {
+    /// A waiter that has left never learns of such a hand-over: it ends with its lease.
+    pub(crate) fn unsure(&self) {
         self.settle(State::Unsure)
     }
 
-    /// Settles an offer still in flight; `false` if the waiter left while it was.
-    fn settle(&self, to: State) -> bool {
+    /// Settles an offer still in flight (one whose waiter left stays left).
+    fn settle(&self, to: State) {
         let mut s = self.state.lock();
-        let found = *s;
-        if found == State::Offered {
-            *s = match self.pending.lock().take() {
-                Some(grant) => State::Granted(grant),
-                None => to,
-            };
+        if *s == State::Offered {
+            *s = to;
         }
         drop(s);
         self.changed.notify_one();
-        found != State::Gone
     }
 }
 
@@ -209,9 +127,6 @@ pub(crate) struct Queue {
     /// said. A task that finds others asleep here waits behind them until then at most,
     /// without asking Redis what they already know.
     pub(crate) holder_until: Option<Instant>,
-    /// Every waiter that another client's unlock may grant the lock to directly, asleep
-    /// or not, by holder field (`docs/protocol.md` 2.7).
-    pub(crate) named: HashMap<Arc<str>, Arc<Ticket>, Seeded>,
 }
 
 impl Queue {
@@ -221,7 +136,6 @@ impl Queue {
     /// part of a lock call, and most entries have no hold-back or run to time).
     pub(crate) fn idle(&self, now: impl Fn() -> Instant, window: Duration) -> bool {
         self.sleeping.is_empty()
-            && self.named.is_empty()
             && self.yield_until.is_none_or(|u| u <= now())
             && (self.streak == 0 || self.window_began.is_none_or(|t| t + window <= now()))
     }

@@ -69,8 +69,8 @@ pub(crate) use rw::{
 };
 pub use rw::{read_turn_key, reader_key, rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
 pub use shape::{is_holder_field, is_lock_hash};
-pub use turns::{clients_key, grant_channel, next_key, turn_key, turns_channel};
-pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl, withdraw_naming, NextNaming};
+pub use turns::{clients_key, turn_key, turns_channel};
+pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl};
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
 /// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster
@@ -173,10 +173,6 @@ pub(crate) enum Release {
     /// Released and published instead of handed over: another client waited in line,
     /// and the call said to give way to it.
     GaveWay,
-    /// The last hold released and the lock granted directly to the waiter another
-    /// client named (`docs/protocol.md` 2.7); nothing was published on the lock's
-    /// channel.
-    Passed,
 }
 
 /// Milliseconds as a `u64`, which formats at half the cost of the `u128` of `as_millis`
@@ -215,13 +211,6 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) waits: bool,
     /// What a first grant does to the client's place in the line.
     pub(crate) line: Line,
-    /// On a busy reply, name the caller its client's taker of a direct grant (flag
-    /// `d`; `docs/protocol.md` 2.7), with this waiter number, which the grant's
-    /// message repeats.
-    pub(crate) designate: Option<u64>,
-    /// An earlier attempt of this call was so named: a hold of the field found now is
-    /// that grant, adopted (flag `a`).
-    pub(crate) named: bool,
 }
 
 fn flag(b: bool) -> &'static str {
@@ -234,20 +223,13 @@ fn flag(b: bool) -> &'static str {
 
 pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attempt> {
     let script = match call.kind {
-        Kind::Plain => {
-            let script = ACQUIRE
-                .call()
-                .key(call.name)
-                .key(call.token_key)
-                .key(call.latch)
-                .key_prefixed(turns::CLIENTS, call.name)
-                .key_prefixed(turns::TURN, call.name);
-            // Only where used: every key and argument costs the server.
-            if call.designate.is_some() || call.named {
-                script.key_prefixed(turns::NEXT, call.name)
-            } else {
-                script
-            }
+        Kind::Plain => ACQUIRE
+            .call()
+            .key(call.name)
+            .key(call.token_key)
+            .key(call.latch)
+            .key_prefixed(turns::CLIENTS, call.name)
+            .key_prefixed(turns::TURN, call.name)
             .arg(ms(call.lease))
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))
@@ -258,12 +240,8 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
                     .set(b'r', call.retry)
                     .set(b'F', call.fenced)
                     .set(b'w', call.waits)
-                    .set(b'd', call.designate.is_some())
-                    .set(b'a', call.named)
-                    .line(call.line)
-                    .number(call.designate),
-            )
-        }
+                    .line(call.line),
+            ),
         Kind::Read | Kind::Write => rw::acquire_call(call),
         Kind::Fair => fair::acquire_call(call),
     };
@@ -343,14 +321,6 @@ pub(crate) struct ReleaseCall<'a> {
     /// The hand-over to `next` comes after the client's run of them is over: it goes
     /// ahead only if nobody outside this client may be waiting (flag `e`).
     pub(crate) ends_run: bool,
-    /// A full release may grant the lock directly to another client's waiter (flag
-    /// `d`; `docs/protocol.md` 2.7).
-    pub(crate) direct: bool,
-    /// The releasing field's waiter gave up and may still be named to take a direct
-    /// grant: the naming is withdrawn (flag `c`).
-    pub(crate) unname: bool,
-    /// When the hand-over gives way, `next` is named for a direct grant (`n`/`N`, `k`).
-    pub(crate) names_next: Option<NextNaming>,
 }
 
 pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Release> {
@@ -374,7 +344,6 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         UnlockReply::NotHeld => Ok(Release::NotHeld),
         UnlockReply::StillHeld => Ok(Release::StillHeld),
         UnlockReply::Released => Ok(Release::Released),
-        UnlockReply::Passed => Ok(Release::Passed),
         UnlockReply::GaveWay if call.next.is_some() => Ok(Release::GaveWay),
         UnlockReply::GaveWay => Err(unexpected("unlock", &reply)),
         UnlockReply::HandedOver(token) if token_ok(call.fenced, token) && call.next.is_some() => {
@@ -389,7 +358,7 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
 
 /// The unlock of a plain lock, with its hand-over.
 fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
-    let script = UNLOCK
+    UNLOCK
         .call()
         .key(call.name)
         .key(call.channel)
@@ -397,33 +366,22 @@ fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .key(call.token_key)
         .key_prefixed(turns::CLIENTS, call.name)
         .key_prefixed(turns::TURN, call.name)
-        .key_prefixed(turns::TURNS, call.name);
-    if call.direct || call.unname {
-        script.key_prefixed(turns::NEXT, call.name)
-    } else {
-        script
-    }
-    .arg(call.keep.map(ms).unwrap_or(0))
-    .arg(call.field)
-    .arg(ms(call.latch_ttl).max(1))
-    .arg(call.holds)
-    .arg(call.next.map(|n| n.0).unwrap_or(""))
-    .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
-    .arg(ms(call.turn_window))
-    .arg(
-        Flags::new()
-            .set(b'r', call.retry)
-            .set(b'F', call.fenced)
-            .set(b'g', call.gives_way)
-            .set(b'e', call.ends_run)
-            .set(b'd', call.direct)
-            .set(b'c', call.unname)
-            .set(b'n', call.names_next.is_some_and(|n| !n.fenced))
-            .set(b'N', call.names_next.is_some_and(|n| n.fenced))
-            .set(b'k', call.names_next.is_some_and(|n| n.keep))
-            .publish(conn)
-            .number(call.names_next.map(|n| n.number)),
-    )
+        .key_prefixed(turns::TURNS, call.name)
+        .arg(call.keep.map(ms).unwrap_or(0))
+        .arg(call.field)
+        .arg(ms(call.latch_ttl).max(1))
+        .arg(call.holds)
+        .arg(call.next.map(|n| n.0).unwrap_or(""))
+        .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
+        .arg(ms(call.turn_window))
+        .arg(
+            Flags::new()
+                .set(b'r', call.retry)
+                .set(b'F', call.fenced)
+                .set(b'g', call.gives_way)
+                .set(b'e', call.ends_run)
+                .publish(conn),
+        )
 }
 
 /// Renews a batch of `(name, field)` pairs; `true` where the lease was extended.

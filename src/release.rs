@@ -8,30 +8,18 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::queue::{Grant, Offer, Terms, Ticket};
-use crate::raw::{self, Kind, NextNaming, Release, ReleaseCall};
+use crate::raw::{self, Kind, Release, ReleaseCall};
 use crate::services::ClientInner;
 use crate::target::{Hold, ATTEMPTS};
 
 /// Releases a hold nobody will use, in the background.
 pub(crate) fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
-    release_in_background(inner, hold, false);
-}
-
-/// The waiter of `hold`'s field gave up while it was named to take a direct grant
-/// (`docs/protocol.md` 2.7): withdraws the naming, and releases the grant if another
-/// client's unlock made it already, in the background. Requests of the field sent
-/// later wait for it, so it cannot release a hold they take.
-pub(crate) fn release_named(inner: Arc<ClientInner>, hold: Hold) {
-    release_in_background(inner, hold, true);
-}
-
-fn release_in_background(inner: Arc<ClientInner>, hold: Hold, unname: bool) {
     // In flight from now, not from the task's first poll: an acquire of the same field
     // must wait for it (see `InFlightGuard`).
     let in_flight = inner.table.begin(&hold.name, &hold.field);
     inner.clone().spawner().errand(async move {
         let _in_flight = in_flight;
-        let r = release_hold_as(&inner, &hold, None, 1, unname).await;
+        let r = release_hold(&inner, &hold, None, 1).await;
         tracing::debug!(lock = %hold.name, outcome = ?r, "released an unused hold");
     });
 }
@@ -46,9 +34,8 @@ struct Offered {
 }
 
 impl Offered {
-    /// The release did not hand over; it does not count toward the run either. `false`
-    /// if the waiter has left.
-    fn withdraw(&mut self, unsure: bool) -> bool {
+    /// The release did not hand over; it does not count toward the run either.
+    fn withdraw(&mut self, unsure: bool) {
         self.settled = true;
         self.inner.handover.withdraw(&self.name);
         if unsure {
@@ -57,12 +44,10 @@ impl Offered {
             self.ticket.revert()
         }
     }
-}
 
-impl Offered {
     /// The release gave way to another client's turn: nothing was handed over, and the
     /// waiter goes back to sleep without asking Redis (it would only hear "not your turn").
-    fn pass(&mut self) -> bool {
+    fn pass(&mut self) {
         self.settled = true;
         self.ticket.pass()
     }
@@ -71,7 +56,7 @@ impl Offered {
 impl Drop for Offered {
     fn drop(&mut self) {
         if !self.settled {
-            let _ = self.withdraw(false);
+            self.withdraw(false);
         }
     }
 }
@@ -105,27 +90,11 @@ pub(crate) async fn release_hold(
     keep: Option<Duration>,
     holds: u32,
 ) -> Result<Release> {
-    release_hold_as(inner, hold, keep, holds, false).await
-}
-
-/// [`release_hold`]; `unname` withdraws a naming of the field (see [`release_named`]).
-async fn release_hold_as(
-    inner: &Arc<ClientInner>,
-    hold: &Hold,
-    keep: Option<Duration>,
-    holds: u32,
-    unname: bool,
-) -> Result<Release> {
     // A client shutting down hands nothing to its waiters: they are leaving. A
     // read-write lock never hands over (its release may free it for many readers), nor
     // does a fair lock (its queue in Redis decides who is next).
-    // Nor does the release of a waiter that gave up: it is most often of nothing, and
-    // an offer would wake a sleeper for no lock.
-    let may_offer = !unname
-        && keep.is_none()
-        && inner.hands_over()
-        && !inner.closed.is_set()
-        && hold.kind == Kind::Plain;
+    let may_offer =
+        keep.is_none() && inner.hands_over() && !inner.closed.is_set() && hold.kind == Kind::Plain;
     // Read before the table's section: the hub's lock is not taken inside it.
     let listening =
         may_offer && inner.handover.asks_at_end() && inner.pubsub.is_ready(&hold.channel);
@@ -144,10 +113,10 @@ async fn release_hold_as(
             };
             let ends_streak = terms == Terms::EndOfStreak;
             let offer = Some((offer, terms));
-            send_release(inner, hold, keep, holds, offer, ends_streak, unname).await
+            send_release(inner, hold, keep, holds, offer, ends_streak).await
         }
-        Offer::EndStreak => send_release(inner, hold, keep, holds, None, true, unname).await,
-        Offer::Publish => send_release(inner, hold, keep, holds, None, false, unname).await,
+        Offer::EndStreak => send_release(inner, hold, keep, holds, None, true).await,
+        Offer::Publish => send_release(inner, hold, keep, holds, None, false).await,
     }
 }
 
@@ -161,36 +130,11 @@ async fn send_release(
     holds: u32,
     offer: Option<(Offered, Terms)>,
     ends_streak: bool,
-    unname: bool,
 ) -> Result<Release> {
     let (mut offer, terms) = match offer {
         Some((o, terms)) => (Some(o), terms),
         None => (None, Terms::Outright),
     };
-    let direct = hold.kind == Kind::Plain && inner.grants_directly();
-    // A hand-over that gives way leaves its waiter asleep, and the client then has
-    // nobody named for a direct grant (its last naming went with its last grant): the
-    // unlock names that waiter, so that the client's turn comes as a direct grant
-    // rather than as a published release its waiters must answer with an acquire.
-    let naming = offer
-        .as_ref()
-        // Never a field this client knows holds the lock: a grant to it could not be told
-        // from that hold (as for an attempt's naming).
-        .filter(|o| {
-            terms == Terms::GiveWay
-                && direct
-                && o.ticket.direct
-                && !inner.table.holds(&hold.name, &o.ticket.field)
-        })
-        .map(|o| {
-            let (number, before) = inner.handover.name_offered(&o.ticket);
-            let next = NextNaming {
-                number,
-                fenced: o.ticket.fenced,
-                keep: inner.table.in_line(&hold.name) > 1,
-            };
-            (next, before)
-        });
     let sent = Instant::now();
     let latch = raw::latch_key(&hold.name, &raw::request_id());
     let mut call = ReleaseCall {
@@ -210,11 +154,8 @@ async fn send_release(
         turn_window: inner.config.turn_window,
         gives_way: terms == Terms::GiveWay,
         ends_run: terms == Terms::EndOfStreak,
-        direct,
-        unname,
-        names_next: naming.as_ref().map(|n| n.0),
     };
-    let (mut attempt, mut retried) = (0, false);
+    let mut attempt = 0;
     let outcome = loop {
         attempt += 1;
         match raw::release(&inner.conn, &call).await {
@@ -231,7 +172,6 @@ async fn send_release(
             Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                 tracing::debug!(attempt, error = %e, "unlock reply lost; retrying with the same request id");
                 call.retry = true;
-                retried = true;
                 tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
             }
             Err(e) => break Err(e),
@@ -243,27 +183,15 @@ async fn send_release(
         let period = (sent.elapsed() * 2).min(Duration::from_millis(20));
         inner.handover.hold_back(&hold.name, period);
     }
-    // The naming was written only where the hand-over gave way. Where the reply shows
-    // it was not, the waiter's own naming stands; where a lost reply leaves it open,
-    // the waiter counts as named.
-    if let Some((_, before)) = &naming {
-        let written = matches!(outcome, Ok(Release::GaveWay)) || retried || outcome.is_err();
-        if !written {
-            if let Some(o) = &offer {
-                o.ticket.unname_by_unlock(*before);
-            }
-        }
-    }
     if let Some(mut o) = offer.take() {
         let handed_over = matches!(outcome, Ok(Release::HandedOver { .. }));
-        let stayed = match &outcome {
+        match &outcome {
             Ok(Release::HandedOver { token, unacked }) => {
                 o.settled = true;
                 let delivered = o.ticket.deliver(Grant {
                     token: *token,
                     sent,
                     unacked: *unacked,
-                    direct: false,
                 });
                 if !delivered {
                     // The waiter left meanwhile: the hold is ours to give back.
@@ -275,47 +203,23 @@ async fn send_release(
                         },
                     );
                 }
-                delivered
             }
             Ok(Release::GaveWay) => {
                 // The waiter sleeps on, in its place, until its client's turn comes.
-                let stayed = o.pass();
+                o.pass();
                 inner.handover.gave_way(&hold.name);
-                stayed
             }
             Ok(_) => o.withdraw(false),
             // Maybe it ran: the waiter adopts what it may have been given.
             Err(_) => o.withdraw(true),
-        };
+        }
         if terms == Terms::EndOfStreak && !handed_over {
             // Redis published (or nothing was released): the streak is over.
             inner.handover.gave_way(&hold.name);
         }
-        // A waiter that may be named and left while this offer was in flight (see
-        // `Waiter::leave_named`) may have been granted the lock directly by another
-        // client meanwhile: this release may not have held it (a hold given back in the
-        // background), or gave way. Its naming goes, and such a grant is given back,
-        // before the field's later requests, which wait on the guard, go out. Not once
-        // the unlock took half the offer bound (its future was not polled, say): a later
-        // call of the field waits on the guard only that long, and may hold the lock by
-        // now. Such a grant runs out with its lease, as one after an abandoned offer does.
-        let left_named = (!stayed)
-            .then(|| o.ticket.left_named.lock().take())
-            .flatten();
-        let in_time = sent.elapsed() < inner.offer_bound() / 2;
-        if left_named.is_some() && !handed_over && in_time {
-            release_named(
-                inner.clone(),
-                Hold {
-                    field: o.ticket.field.clone(),
-                    ..hold.clone()
-                },
-            );
-        }
-        drop(left_named);
     }
     match outcome {
-        Ok(Release::GaveWay | Release::Passed) => Ok(Release::Released),
+        Ok(Release::GaveWay) => Ok(Release::Released),
         other => other,
     }
 }

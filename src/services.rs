@@ -18,14 +18,6 @@ use crate::stats::Counters;
 use crate::table::Table;
 use crate::watchdog::Watchdog;
 
-/// See [`ClientInner::grants_directly`]; for a client still being built. Always false:
-/// a chain of direct grants never leaves the lock free, and a Redisson `tryLock()`
-/// poller or `RSpinLock`, which only ever finds the lock held, starved behind it (issue
-/// 24, finding 1; `tests/redisson_peers.rs`).
-pub(crate) fn grants_directly(_config: &Config, _conn: &Conn) -> bool {
-    false
-}
-
 /// Whether a script can count every subscriber of a lock's channel with `PUBSUB NUMSUB`
 /// (or `SHARDNUMSUB`), and so tell whether anyone outside its client waits.
 pub(crate) fn counts_listeners(conn: &Conn) -> bool {
@@ -111,14 +103,6 @@ impl ClientInner {
     /// acknowledged is given back by its waiter (`acquire/waiting.rs`).
     pub(crate) fn hands_over(&self) -> bool {
         self.config.handover_limit > 0
-    }
-
-    /// Whether this client's unlocks may grant a lock straight to another client's
-    /// waiter, and its waiters may be so granted (`docs/protocol.md` 2.7): with turns
-    /// on, and without replica sync, which such a grant would bypass (the unlock that
-    /// makes it is not followed by `WAIT`, and its waiter sends nothing).
-    pub(crate) fn grants_directly(&self) -> bool {
-        grants_directly(&self.config, &self.conn)
     }
 
     /// How long a request latch is kept: long enough to outlive every retry of its

@@ -37,12 +37,6 @@ pub struct Stats {
     /// Unlock messages that woke nobody here because the release gave the turn to
     /// another client of this crate (`docs/protocol.md` 2.6): attempts saved.
     pub turns_deferred: u64,
-    /// Locks granted to a waiter of this client by another client's unlock, which wrote
-    /// the waiter's field itself (`docs/protocol.md` 2.7), and taken on its message: the
-    /// waiter sent nothing. A grant that met an attempt of the waiter on its way is
-    /// adopted by that attempt and counts under `acquisitions` only (4% of direct grants
-    /// in a trial of two clients).
-    pub direct_grants: u64,
 }
 
 /// One event a client counts. The times only go to the `metrics` histograms.
@@ -62,7 +56,6 @@ pub(crate) enum Event {
     Woken,
     PubsubConnected,
     TurnDeferred,
-    DirectGrant,
 }
 
 /// The per-client counters behind [`Stats`].
@@ -78,7 +71,6 @@ pub(crate) struct Counters {
     wakeups: AtomicU64,
     pubsub_connects: AtomicU64,
     turns_deferred: AtomicU64,
-    direct_grants: AtomicU64,
 }
 
 impl Counters {
@@ -94,7 +86,6 @@ impl Counters {
             Event::Woken => (&self.wakeups, 1),
             Event::PubsubConnected => (&self.pubsub_connects, 1),
             Event::TurnDeferred => (&self.turns_deferred, 1),
-            Event::DirectGrant => (&self.direct_grants, 1),
         };
         counter.fetch_add(n, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
@@ -114,7 +105,6 @@ impl Counters {
             wakeups: get(&self.wakeups),
             pubsub_connects: get(&self.pubsub_connects),
             turns_deferred: get(&self.turns_deferred),
-            direct_grants: get(&self.direct_grants),
         }
     }
 }
@@ -141,7 +131,6 @@ fn record(event: Event, n: u64) {
         Event::Woken => "rlock_wakeups_total",
         Event::PubsubConnected => "rlock_pubsub_connects_total",
         Event::TurnDeferred => "rlock_turns_deferred_total",
-        Event::DirectGrant => "rlock_direct_grants_total",
     };
     metrics::counter!(name).increment(n);
 }

@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::attempt::{Place, Tried};
+use crate::attempt::Tried;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::handover::{Left, Waiter};
 use crate::identity::OwnerId;
-use crate::line::{Counted, InLine};
+use crate::line::InLine;
 use crate::pubsub::Subscription;
 use crate::queue::Woke;
 use crate::raw;
-use crate::release::{release_detached, release_named};
+use crate::release::release_detached;
 use crate::services::ClientInner;
 use crate::stats::Event;
 use crate::target::{Hold, Kind, Target};
@@ -85,7 +85,6 @@ impl Target {
 impl Waiting<'_> {
     pub(super) async fn attempt(&mut self) -> Step {
         let target = self.target;
-        let place = self.queued.before_attempt(self.line.counted(false));
         let tried = target
             .attempt_within(
                 self.owner,
@@ -93,10 +92,9 @@ impl Waiting<'_> {
                 self.lease,
                 self.adopt,
                 self.wait,
-                place,
+                self.line.counted(false),
             )
             .await;
-        self.queued.after_attempt(&tried);
         match tried {
             Ok(None) => {
                 tracing::debug!(waited = ?self.started.elapsed(), "wait ran out during an attempt");
@@ -259,11 +257,10 @@ impl Waiting<'_> {
             release_detached(target.inner().clone(), target.hold(&self.field));
             return Step::Attempt;
         }
-        target.inner().stats.count(if grant.direct {
-            Event::DirectGrant
-        } else {
-            Event::HandedOver(grant.sent.elapsed())
-        });
+        target
+            .inner()
+            .stats
+            .count(Event::HandedOver(grant.sent.elapsed()));
         let granted = self.lease.unwrap_or(target.inner().config.watchdog_timeout);
         if grant.sent + granted <= Instant::now() {
             // As for an acquire answered too late: a guard would be lost on arrival. The
@@ -274,11 +271,6 @@ impl Waiting<'_> {
             );
             release_detached(target.inner().clone(), target.hold(&self.field));
             return Step::Attempt;
-        }
-        if grant.direct {
-            // The unlock that granted it took this client's place in line too (a grant
-            // given back above leaves the wait going, and its next busy reply joins again).
-            self.line.granted_by_redis = true;
         }
         tracing::debug!(waited = ?self.started.elapsed(), token = grant.token, "lock handed over");
         Step::Done(Ok(Some(target.held(
@@ -296,94 +288,14 @@ pub(super) struct Queued {
     pub(super) waiter: Waiter,
     pub(super) inner: Arc<ClientInner>,
     pub(super) hold: Hold,
-    /// Another client's unlock may grant this waiter the lock directly, once an attempt
-    /// named it (`docs/protocol.md` 2.7).
-    pub(super) direct: bool,
-    /// An attempt that may have named it was sent.
-    pub(super) named: bool,
-    /// The acquisition ended holding the lock.
-    pub(super) held: bool,
-}
-
-impl Queued {
-    /// The next attempt's place (see [`Place`]): with a number that names this waiter
-    /// if the client knows of no hold of its field (a hold of its own could not be told
-    /// from a grant then), counted as named from its send.
-    pub(super) fn before_attempt(&mut self, in_line: Counted) -> Place {
-        // Named by an unlock of its own client that gave way: a grant to it is adopted
-        // as one to an attempt of its own would be.
-        self.named |= self.waiter.named_by_unlock();
-        let named = self.named;
-        let designate = (self.direct && !self.inner.table.holds(&self.hold.name, &self.hold.field))
-            .then(|| self.waiter.naming());
-        self.named |= designate.is_some();
-        Place {
-            in_line,
-            designate,
-            named,
-        }
-    }
-
-    /// The attempt was answered: holding, it adopted any direct grant made to it,
-    /// which is then not another hold. It failed: a grant it may have adopted and given
-    /// back is not taken either.
-    pub(super) fn after_attempt(&mut self, tried: &Result<Option<Tried>>) {
-        if !self.direct {
-            return;
-        }
-        match tried {
-            Ok(Some(Tried::Held(_))) => {
-                self.waiter.took();
-                self.held = true;
-            }
-            Err(_) => self.waiter.unname(),
-            _ => {}
-        }
-    }
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
-        let (inner, hold) = (self.inner.clone(), self.hold.clone());
-        let holds = inner.table.holds(&hold.name, &hold.field);
         // A grant that arrived after the waiter stopped looking is still a hold in Redis.
-        // Any waiter that may be named (by an attempt of its own, or by the very unlock
-        // now offering it the lock, which marks it only after picking it) leaves the
-        // settling to an offer in flight.
-        let left = if self.direct && !self.held && !holds {
-            let in_flight = inner.table.begin(&hold.name, &hold.field);
-            self.waiter.leave_named(Box::new(in_flight))
-        } else {
-            self.waiter.leave()
-        };
-        // Named by an unlock of its own client: from that unlock's send on, which came
-        // before its reply settled the offer, so before a leave that found it settled.
-        self.named |= self.waiter.named_by_unlock();
-        match left {
-            // A direct grant heard after the call took the lock is the hold it took.
-            Left::Granted(g) if g.direct && self.held => {}
-            // The unlock offering it the lock settles the rest (see `leave_named`).
-            Left::Offered if self.direct && !holds => {}
-            // The field holds the lock for another guard of this client: no other
-            // client's unlock can grant it meanwhile, and a release here would take that
-            // guard's hold. Only the naming is left to withdraw.
-            _ if self.named && !self.held && holds => {
-                // In flight for the field, so that it cannot withdraw a later naming.
-                let in_flight = inner.table.begin(&hold.name, &hold.field);
-                inner.clone().spawner().errand(async move {
-                    let _in_flight = in_flight;
-                    let r = raw::withdraw_naming(&inner.conn, &hold.name, &hold.field).await;
-                    tracing::debug!(lock = %hold.name, outcome = ?r, "withdrew a naming");
-                });
-            }
-            // Named, it may have been granted the lock with its message still on the way:
-            // the release withdraws the naming and gives back such a grant.
-            _ if self.named && !self.held => release_named(inner, hold),
-            Left::Granted(g) => {
-                tracing::debug!(lock = %hold.name, token = g.token, "releasing a hand-over nobody took");
-                release_detached(inner, hold);
-            }
-            _ => {}
+        if let Left::Granted(g) = self.waiter.leave() {
+            tracing::debug!(lock = %self.hold.name, token = g.token, "releasing a hand-over nobody took");
+            release_detached(self.inner.clone(), self.hold.clone());
         }
     }
 }

@@ -23,22 +23,13 @@ fn grant(token: u64) -> Grant {
         token,
         sent: Instant::now(),
         unacked: false,
-        direct: false,
     }
 }
 
 /// `n` waiters of `name`, fields `f0`, `f1`, ..., in first-wait order, not parked yet.
 fn waiters(h: &Arc<Handover>, name: &Arc<str>, n: usize) -> Vec<Waiter> {
     (0..n)
-        .map(|i| {
-            h.waiter(
-                name,
-                &format!("f{i}").into(),
-                Duration::from_secs(1),
-                false,
-                false,
-            )
-        })
+        .map(|i| h.waiter(name, &format!("f{i}").into(), Duration::from_secs(1), false))
         .collect()
 }
 
@@ -88,7 +79,7 @@ async fn offers_oldest_first_and_bounds_the_streak() {
 async fn grant_reaches_waiter_or_comes_back() {
     let h = hub(4);
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
     w.park(None);
     let t = to(h.offer("n"));
     assert_eq!(w.unpark(), Woke::Offered);
@@ -102,7 +93,7 @@ async fn grant_reaches_waiter_or_comes_back() {
     assert!(!t.deliver(grant(8)));
 
     // Granted but never taken: the leaving waiter gets it back.
-    let w = h.waiter(&name, &"g".into(), Duration::from_secs(1), false, false);
+    let w = h.waiter(&name, &"g".into(), Duration::from_secs(1), false);
     w.park(None);
     let t = to(h.offer("n"));
     assert!(t.deliver(grant(9)));
@@ -113,7 +104,7 @@ async fn grant_reaches_waiter_or_comes_back() {
 async fn revert_frees_the_waiter() {
     let h = hub(4);
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
     w.park(None);
     let t = to(h.offer("n"));
     t.revert();
@@ -130,7 +121,7 @@ async fn revert_frees_the_waiter() {
 async fn a_failed_unlock_leaves_the_waiter_unsure_once() {
     let h = hub(4);
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
     w.park(None);
     let t = to(h.offer("n"));
     t.unsure();
@@ -148,7 +139,7 @@ async fn a_failed_unlock_leaves_the_waiter_unsure_once() {
 async fn idle_entries_are_dropped() {
     let h = hub_with(4, Duration::from_millis(10));
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
     w.park(None);
     let _t = to(h.offer("n"));
     // A run is counting: the entry stays while its window lasts.
@@ -164,7 +155,7 @@ async fn idle_entries_are_dropped() {
 async fn an_abandoned_offer_is_left_to_its_lease() {
     let h = hub(4);
     let name: Arc<str> = "n".into();
-    let mut w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
+    let mut w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
     w.park(None);
     let t = to(h.offer("n"));
     assert_eq!(w.abandon_offer(), Woke::Free);
@@ -180,7 +171,7 @@ async fn an_abandoned_offer_is_left_to_its_lease() {
 async fn zero_limit_never_offers() {
     let h = hub(0);
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
     w.park(None);
     assert!(matches!(h.offer("n"), Offer::Publish));
 }
@@ -190,7 +181,7 @@ async fn newcomers_queue_behind_sleepers_while_the_lease_is_known() {
     let h = hub(4);
     let name: Arc<str> = "n".into();
     assert!(h.behind("n").is_none());
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
     w.park(None);
     assert!(h.behind("n").is_none(), "no lease known");
     w.unpark();
@@ -218,7 +209,7 @@ async fn a_streak_ends_when_its_window_has_passed() {
 async fn holding_back_lasts_its_period() {
     let h = hub(1);
     let name: Arc<str> = "n".into();
-    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false, false);
+    let w = h.waiter(&name, &"f".into(), Duration::from_secs(1), false);
     w.park(None);
     assert!(h.held_back("n").is_none());
     h.hold_back(&"n".into(), Duration::from_secs(60));
@@ -295,37 +286,4 @@ async fn a_streak_that_redis_lets_go_on_still_ends_after_its_windows() {
     };
     // ... until RUN_WINDOWS of them have passed: then it ends, whoever waits.
     assert!(ended >= window * RUN_WINDOWS, "ended after {ended:?}");
-}
-
-/// Dropped when the test's stand-in for an in-flight guard is.
-struct Flag(Arc<std::sync::atomic::AtomicBool>);
-
-impl Drop for Flag {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-#[tokio::test]
-async fn a_named_waiter_that_leaves_during_an_offer_leaves_its_guard_to_the_unlock() {
-    let h = hub(4);
-    let name: Arc<str> = "n".into();
-    let ws = parked(&h, &name, 2);
-    let t = to(h.offer("n"));
-    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    assert!(matches!(
-        ws[0].leave_named(Box::new(Flag(dropped.clone()))),
-        Left::Offered
-    ));
-    assert!(!dropped.load(Ordering::SeqCst), "kept for the unlock");
-    // The unlock's reply: the waiter is gone, and the guard is the unlock's to drop.
-    assert!(!t.revert());
-    assert!(t.left_named.lock().take().is_some());
-    // Not offered: nothing is left with the ticket.
-    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    assert!(matches!(
-        ws[1].leave_named(Box::new(Flag(gone.clone()))),
-        Left::Empty
-    ));
-    assert!(gone.load(Ordering::SeqCst), "dropped at once");
 }

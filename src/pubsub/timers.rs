@@ -32,7 +32,7 @@ pub(super) struct TurnState {
     /// bounded so that a turn message whose unlock message never came (refused by ACL)
     /// cannot hold back a later one.
     suppress_until: Option<Instant>,
-    /// Counts turn messages and grants: a lapse timer whose count moved on is void.
+    /// Counts turn messages and releases: a lapse timer whose count moved on is void.
     gen: u64,
     /// Another client's turn was announced, and no release since: a lapse timer will
     /// wake the waiters when it ends.
@@ -143,9 +143,9 @@ impl HubShared {
                         Some(since) if entry.waiters() == 0 && now >= since + LINGER => {
                             channels.remove(&channel);
                             unsubscribe.push(channel);
-                            for aux in entry.turns.iter().chain(&entry.mine) {
-                                channels.remove(aux);
-                                unsubscribe.push(aux.clone());
+                            if let Some(turns) = &entry.turns {
+                                channels.remove(turns);
+                                unsubscribe.push(turns.clone());
                             }
                         }
                         // Used and left again since: it lingers from the last leave.

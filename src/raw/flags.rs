@@ -29,15 +29,15 @@ impl Line {
 /// The flags argument of `lua/acquire.lua` and `lua/unlock.lua`: one letter for each
 /// that is set. One argument instead of one each: the server pays per argument.
 pub(super) struct Flags {
-    /// Room for every letter and a number of 20 digits.
-    letters: [u8; 32],
+    /// Room for every letter of either script.
+    letters: [u8; 16],
     len: usize,
 }
 
 impl Flags {
     pub(super) fn new() -> Flags {
         Flags {
-            letters: [0; 32],
+            letters: [0; 16],
             len: 0,
         }
     }
@@ -46,21 +46,6 @@ impl Flags {
         if on {
             self.letters[self.len] = letter;
             self.len += 1;
-        }
-        self
-    }
-
-    /// `#<n>` after the letters, when there is a number (a named waiter's, for
-    /// `lua/acquire.lua`'s `d`); last, as the scripts read it.
-    pub(super) fn number(mut self, n: Option<u64>) -> Flags {
-        if let Some(n) = n {
-            self.letters[self.len] = b'#';
-            self.len += 1;
-            let digits = n.checked_ilog10().unwrap_or(0) + 1;
-            for i in (0..digits).rev() {
-                self.letters[self.len] = b'0' + (n / 10u64.pow(i) % 10) as u8;
-                self.len += 1;
-            }
         }
         self
     }

@@ -53,8 +53,6 @@ pub(super) enum UnlockReply {
     HandedOver(i64),
     /// `3`.
     GaveWay,
-    /// `4`.
-    Passed,
 }
 
 impl FromRedisValue for UnlockReply {
@@ -76,7 +74,6 @@ impl FromRedisValue for UnlockReply {
                 0 => Ok(UnlockReply::StillHeld),
                 1 => Ok(UnlockReply::Released),
                 3 => Ok(UnlockReply::GaveWay),
-                4 => Ok(UnlockReply::Passed),
                 n => Err(ParsingError::from(format!("unlock script answered {n}"))),
             },
         }

@@ -15,35 +15,6 @@ pub fn clients_key(name: &str) -> String {
 pub(crate) const CLIENTS: &str = "redisson_lock_clients";
 pub(crate) const TURN: &str = "redisson_lock_turn";
 pub(crate) const TURNS: &str = "redisson_lock_turns";
-pub(crate) const NEXT: &str = "redisson_lock_next";
-
-/// How a hand-over that gives way names its waiter the taker of a direct grant (see
-/// `ReleaseCall::names_next`): by this number, fenced or not, keeping its client's
-/// place in the line for its other waiters or not.
-#[derive(Clone, Copy)]
-pub(crate) struct NextNaming {
-    pub(crate) number: u64,
-    pub(crate) fenced: bool,
-    pub(crate) keep: bool,
-}
-
-/// Which waiter of each client in line takes a direct grant of the lock `name`
-/// (`docs/protocol.md` 2.7): `redisson_lock_next:{<name>}`, a hash from client id to
-/// `<valid until, ms> <lease, ms> <F|-> <k|-> <holder field>`. Ours; Redisson has no
-/// such key.
-pub fn next_key(name: &str) -> String {
-    prefixed(NEXT, name)
-}
-
-/// This client's own channel for the lock `name`, on which it hears that another
-/// client's unlock granted the lock to one of its waiters:
-/// `redisson_lock_turns:{<name>}:<client id>`. Ours.
-pub fn grant_channel(name: &str, client_id: &str) -> String {
-    let mut channel = prefixed(TURNS, name);
-    channel.push(':');
-    channel.push_str(client_id);
-    channel
-}
 
 /// The client whose turn it is to take the lock `name` after a published release:
 /// `redisson_lock_turn:{<name>}`. Ours; Redisson has no such key.
@@ -79,34 +50,4 @@ pub(crate) async fn leave_line(conn: &Conn, name: &str, client_id: &str) -> Resu
 pub(crate) async fn lock_pttl(conn: &Conn, name: &str) -> Result<i64> {
     let reply = super::query(conn, name, redis::cmd("PTTL").arg(name).clone()).await?;
     redis::from_redis_value(reply).map_err(|e| Error::Redis(e.into()))
-}
-
-/// Withdraws this client's naming of `field` as the taker of a direct grant of `name`
-/// (`docs/protocol.md` 2.7) if it is still there, and releases nothing: `unlock.lua`
-/// with flag `c` and no holds to give back. For a waiter that left while this client's
-/// own unlock was handing it the lock: that unlock settles the hold.
-pub(crate) async fn withdraw_naming(conn: &Conn, name: &str, field: &str) -> Result<()> {
-    let channel = super::channel_name(name);
-    let latch = super::latch_key(name, &super::request_id());
-    let call = super::ReleaseCall {
-        name,
-        channel: &channel,
-        token_key: "",
-        latch: &latch,
-        field,
-        next: None,
-        keep: None,
-        holds: 0,
-        latch_ttl: std::time::Duration::from_millis(1),
-        retry: false,
-        fenced: false,
-        kind: super::Kind::Plain,
-        turn_window: std::time::Duration::ZERO,
-        gives_way: false,
-        ends_run: false,
-        direct: false,
-        unname: true,
-        names_next: None,
-    };
-    super::release(conn, &call).await.map(|_| ())
 }

@@ -29,9 +29,6 @@ pub(super) async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         turn_window: Duration::ZERO,
         gives_way: false,
         ends_run: false,
-        direct: false,
-        unname: false,
-        names_next: None,
     };
     match Box::pin(release(conn, &undo)).await {
         Ok(r) => {

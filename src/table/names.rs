@@ -12,7 +12,7 @@ use crate::queue::Queue;
 /// Emptied entries kept: memory for a few names, whatever the number of names used.
 const SPARE_ENTRIES: usize = 8;
 
-/// The most holder fields or namings an emptied entry's maps may have room for and be kept.
+/// The most holder fields an emptied entry's map may have room for and be kept.
 const SPARE_CAPACITY: usize = 16;
 
 #[derive(Default)]
@@ -25,12 +25,9 @@ impl Names {
     /// Removes the entry of `name`, found empty, and keeps it as a spare.
     pub(super) fn remove_empty(&mut self, name: &Arc<str>) {
         if let Some(e) = self.map.remove(name) {
-            // An entry whose maps grew large (thousands of readers, say) gives its
+            // An entry whose map grew large (thousands of readers, say) gives its
             // memory back instead.
-            if self.spare.len() < SPARE_ENTRIES
-                && e.holders.capacity() <= SPARE_CAPACITY
-                && e.queue.named.capacity() <= SPARE_CAPACITY
-            {
+            if self.spare.len() < SPARE_ENTRIES && e.holders.capacity() <= SPARE_CAPACITY {
                 self.spare.push(e.recycle());
             }
         }
@@ -38,17 +35,12 @@ impl Names {
 }
 
 impl Entry {
-    /// An empty entry made as new, its maps' memory kept.
+    /// An empty entry made as new, its holders map's memory kept.
     fn recycle(mut self) -> Entry {
         self.holders.clear();
-        let mut named = std::mem::take(&mut self.queue.named);
-        named.clear();
         Entry {
             holders: self.holders,
-            queue: Queue {
-                named,
-                ..Queue::default()
-            },
+            queue: Queue::default(),
             in_line: 0,
         }
     }

@@ -117,11 +117,11 @@ async fn an_emptied_entry_reused_for_another_name_carries_nothing_over() {
     assert!(t.leave_line(&a));
     assert_eq!(t.len(), 0);
     assert_eq!(t.spare(), 1, "the emptied entry was not kept");
-    // The next name takes the spare entry: no holder, naming or line count of `a`.
+    // The next name takes the spare entry: no holder or line count of `a`.
     assert_eq!(t.contents(&b), (0, 0));
     assert_eq!(t.spare(), 1, "the spare entry went back after use");
     t.with_queue(&b, |q| {
-        assert!(q.named.is_empty() && q.sleeping.is_empty());
+        assert!(q.sleeping.is_empty());
         assert!(q.streak == 0 && q.streak_began.is_none() && q.window_began.is_none());
         assert!(q.holder_until.is_none());
     });
