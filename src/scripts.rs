@@ -263,15 +263,28 @@ impl ScriptCall {
 
     /// The key `<prefix>:{<name>}`, or `<prefix>:<name>` when `name` has a hash tag
     /// (Redisson's `prefixName`), written without a `String` of its own.
-    pub(crate) fn key_prefixed(mut self, prefix: &str, name: &str) -> Self {
+    pub(crate) fn key_prefixed(self, prefix: &str, name: &str) -> Self {
+        self.key_from(prefix, name, false)
+    }
+
+    /// As [`key_prefixed`](Self::key_prefixed), with `:t` after a name that has its own
+    /// hash tag: one key per name even where `a` and `{a}` share Redisson's (the line and
+    /// the turn, `raw::turns`).
+    pub(crate) fn key_own(self, prefix: &str, name: &str) -> Self {
+        self.key_from(prefix, name, true)
+    }
+
+    fn key_from(mut self, prefix: &str, name: &str, own: bool) -> Self {
         debug_assert_eq!(self.keys, self.ends.len(), "keys go before arguments");
         let tagged = crate::slot::has_hash_tag(name.as_bytes());
         self.data.extend_from_slice(prefix.as_bytes());
         self.data
             .extend_from_slice(if tagged { b":" } else { b":{" });
         self.data.extend_from_slice(name.as_bytes());
-        if !tagged {
-            self.data.push(b'}');
+        match (tagged, own) {
+            (false, _) => self.data.push(b'}'),
+            (true, true) => self.data.extend_from_slice(b":t"),
+            (true, false) => {}
         }
         self.ends.push(self.data.len());
         self.keys += 1;
@@ -284,6 +297,14 @@ impl ScriptCall {
             ends: &mut self.ends,
         });
         self
+    }
+
+    /// The keys written so far, as text (unit tests of the key layout).
+    #[cfg(test)]
+    pub(crate) fn keys_as_text(&self) -> Vec<String> {
+        let keys = self.items().take(self.keys);
+        keys.map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect()
     }
 
     fn items(&self) -> impl Iterator<Item = &[u8]> {

@@ -36,3 +36,34 @@ fn prefixed_keys_keep_a_names_own_hash_tag() {
     assert_eq!(prefixed("p", "n"), "p:{n}");
     assert_eq!(prefixed("p", "a{b"), "p:{a{b}");
 }
+
+/// Issue 24, finding 3: `a` and `{a}` share Redisson's keys and channel, but not the
+/// line or the turn; every key stays in the name's slot, and the scripts' key builder
+/// writes the same keys as the public functions.
+#[test]
+fn a_name_and_its_braced_twin_have_their_own_line_and_turn() {
+    for (a, b) in [("t3", "{t3}"), ("a}", "{a}}"), ("x", "{x}")] {
+        assert_eq!(channel_name(a), channel_name(b));
+        assert_ne!(clients_key(a), clients_key(b));
+        assert_ne!(turn_key(a), turn_key(b));
+        assert_ne!(turns_channel(a), turns_channel(b));
+    }
+    assert_eq!(clients_key("t3"), "redisson_lock_clients:{t3}");
+    assert_eq!(clients_key("{t3}"), "redisson_lock_clients:{t3}:t");
+    for name in ["t3", "{t3}", "orders{42}", "a{b"] {
+        let slot = crate::slot::key_slot(name.as_bytes());
+        for key in [clients_key(name), turn_key(name), turns_channel(name)] {
+            assert_eq!(crate::slot::key_slot(key.as_bytes()), slot, "{key}");
+        }
+        let built = crate::scripts::ACQUIRE
+            .call()
+            .key_own(turns::CLIENTS, name)
+            .key_own(turns::TURN, name)
+            .key_own(turns::TURNS, name)
+            .keys_as_text();
+        assert_eq!(
+            built,
+            [clients_key(name), turn_key(name), turns_channel(name)]
+        );
+    }
+}

@@ -7,9 +7,22 @@ use crate::connection::Conn;
 use crate::error::{Error, Result};
 
 /// The clients of this crate waiting for the lock `name`, oldest first (one entry per
-/// client id): `redisson_lock_clients:{<name>}`. Ours; Redisson has no such key.
+/// client id): `redisson_lock_clients:{<name>}`, or `redisson_lock_clients:<name>:t`
+/// when the name carries its own hash tag. Ours; Redisson has no such key.
 pub fn clients_key(name: &str) -> String {
-    prefixed(CLIENTS, name)
+    own_key(CLIENTS, name)
+}
+
+/// `prefixed`, made one-to-one: `a` and `{a}` share Redisson's keys and channel
+/// (`<prefix>:{a}` for both), but each name has a line and a turn of its own. A name
+/// with its own tag gets `:t` after it, so its key never ends in `}` as every other
+/// name's does.
+fn own_key(prefix: &str, name: &str) -> String {
+    let mut key = prefixed(prefix, name);
+    if crate::slot::has_hash_tag(name.as_bytes()) {
+        key.push_str(":t");
+    }
+    key
 }
 
 pub(crate) const CLIENTS: &str = "redisson_lock_clients";
@@ -17,16 +30,17 @@ pub(crate) const TURN: &str = "redisson_lock_turn";
 pub(crate) const TURNS: &str = "redisson_lock_turns";
 
 /// The client whose turn it is to take the lock `name` after a published release:
-/// `redisson_lock_turn:{<name>}`. Ours; Redisson has no such key.
+/// `redisson_lock_turn:{<name>}` (`:t` after a name with its own tag, as
+/// [`clients_key`]). Ours; Redisson has no such key.
 pub fn turn_key(name: &str) -> String {
-    prefixed(TURN, name)
+    own_key(TURN, name)
 }
 
 /// This crate's channel on which a published release names the client whose turn it
-/// is, just before the unlock message: `redisson_lock_turns:{<name>}`. Ours; Redisson
-/// never subscribes to it.
+/// is, just before the unlock message: `redisson_lock_turns:{<name>}` (`:t` after a
+/// name with its own tag, as [`clients_key`]). Ours; Redisson never subscribes to it.
 pub fn turns_channel(name: &str) -> String {
-    prefixed(TURNS, name)
+    own_key(TURNS, name)
 }
 
 /// Whether `channel` is a turns channel (see [`turns_channel`]).
