@@ -95,20 +95,7 @@ impl Target {
                     kind: hold.kind,
                     turn_window: inner.config.turn_window,
                     waits,
-                    line: if inner.config.turn_window.is_zero() {
-                        raw::Line::Out
-                    } else {
-                        // Other waiters of this client in line keep it there.
-                        match inner
-                            .table
-                            .in_line(&hold.name)
-                            .saturating_sub(u32::from(in_line != Counted::No))
-                        {
-                            0 if in_line == Counted::Waiting => raw::Line::Leave,
-                            0 => raw::Line::Out,
-                            _ => raw::Line::Keep,
-                        }
-                    },
+                    line: line_flag(&inner, &hold.name, in_line),
                 };
                 let sync_retries = match inner.conn.sync() {
                     ReplicaSync::Wait {
@@ -128,6 +115,12 @@ impl Target {
                         Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                             tracing::debug!(attempt, error = %e, "acquire reply lost; retrying with the same request id");
                             call.retry = true;
+                            // The lost reply may have been a busy answer that put the
+                            // client in line: the retry counts as a waiter in line, with
+                            // the client's other waiters as they are now.
+                            if waits {
+                                call.line = line_flag(&inner, &hold.name, Counted::Waiting);
+                            }
                             tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
                         }
                         // Rolled back, so the same request id starts afresh.
@@ -279,6 +272,24 @@ impl Target {
     ) -> LockGuard {
         let token = hold.fenced.then_some(token);
         LockGuard::new(self.clone(), hold, owner, token, kind)
+    }
+}
+
+/// What a grant to this attempt does to its client's place in the lock's line (turns):
+/// other waiters of the client in line keep it there; the last one, if it was counted
+/// there, takes it out.
+fn line_flag(inner: &ClientInner, name: &str, in_line: Counted) -> raw::Line {
+    if inner.config.turn_window.is_zero() {
+        return raw::Line::Out;
+    }
+    let others = inner
+        .table
+        .in_line(name)
+        .saturating_sub(u32::from(in_line != Counted::No));
+    match others {
+        0 if in_line == Counted::Waiting => raw::Line::Leave,
+        0 => raw::Line::Out,
+        _ => raw::Line::Keep,
     }
 }
 

@@ -261,31 +261,18 @@ impl ScriptCall {
         self
     }
 
-    /// The key `<prefix>:{<name>}`, or `<prefix>:<name>` when `name` has a hash tag
-    /// (Redisson's `prefixName`), written without a `String` of its own.
-    pub(crate) fn key_prefixed(self, prefix: &str, name: &str) -> Self {
-        self.key_from(prefix, name, false)
-    }
-
-    /// As [`key_prefixed`](Self::key_prefixed), with `:t` after a name that has its own
-    /// hash tag: one key per name even where `a` and `{a}` share Redisson's (the line and
-    /// the turn, `raw::turns`).
-    pub(crate) fn key_own(self, prefix: &str, name: &str) -> Self {
-        self.key_from(prefix, name, true)
-    }
-
-    fn key_from(mut self, prefix: &str, name: &str, own: bool) -> Self {
+    /// The key `<prefix>:{<name>}`, or `<prefix>:<name>:t` when `name` has a hash tag:
+    /// one key per name even where `a` and `{a}` share Redisson's (the line and the
+    /// turn, `raw::turns`), written without a `String` of its own.
+    pub(crate) fn key_own(mut self, prefix: &str, name: &str) -> Self {
         debug_assert_eq!(self.keys, self.ends.len(), "keys go before arguments");
         let tagged = crate::slot::has_hash_tag(name.as_bytes());
         self.data.extend_from_slice(prefix.as_bytes());
         self.data
             .extend_from_slice(if tagged { b":" } else { b":{" });
         self.data.extend_from_slice(name.as_bytes());
-        match (tagged, own) {
-            (false, _) => self.data.push(b'}'),
-            (true, true) => self.data.extend_from_slice(b":t"),
-            (true, false) => {}
-        }
+        self.data
+            .extend_from_slice(if tagged { b":t" } else { b"}" });
         self.ends.push(self.data.len());
         self.keys += 1;
         self
@@ -373,13 +360,13 @@ mod tests {
         let call = ACQUIRE
             .call()
             .key("a")
-            .key_prefixed("p", "n")
-            .key_prefixed("p", "x{t}y")
+            .key_own("p", "n")
+            .key_own("p", "x{t}y")
             .arg(7u64)
             .arg("")
             .arg(&["u", "v"][..]);
         let items: Vec<&[u8]> = call.items().collect();
-        let want: [&[u8]; 6] = [b"a", b"p:{n}", b"p:x{t}y", b"7", b"", b"u"];
+        let want: [&[u8]; 6] = [b"a", b"p:{n}", b"p:x{t}y:t", b"7", b"", b"u"];
         assert_eq!(&items[..6], &want[..]);
         assert_eq!(items[6], b"v");
         assert_eq!(call.keys, 3);

@@ -294,7 +294,18 @@ fn script_name(req: &Req) -> &'static str {
     }
 }
 
-fn retry(w: &mut World, c: usize, t: usize, req: Req, rounds: u8) -> String {
+fn retry(w: &mut World, c: usize, t: usize, mut req: Req, rounds: u8) -> String {
+    // `attempt.rs`: the lost reply may have been a busy answer that put the client in
+    // line, so a waiting call's retry counts as a waiter in line, with the client's
+    // other waiters as they are now (only an acquire carries `w`).
+    if let Req::Acquire { args, .. } = &mut req {
+        let flags = args.last_mut().expect("flags");
+        if flags.contains('w') {
+            flags.retain(|f| f != 'k' && f != 'l');
+            let others = w.clients[c].in_line.saturating_sub(1);
+            flags.push(if others == 0 { 'l' } else { 'k' });
+        }
+    }
     let (reply, flags) = run_req(w, &req);
     let what = format!("{} {flags:?} (retry)", script_name(&req));
     let outcome = answered(w, c, t, req, reply.clone(), rounds, true);

@@ -422,7 +422,7 @@ impl Model for Checked {
         }
         PERMS.with(|p| {
             let mut p = p.borrow_mut();
-            if p.first().map_or(true, |q| q.len() != cfg.len()) {
+            if p.first().is_none_or(|q| q.len() != cfg.len()) {
                 *p = permutations(cfg.len());
             }
             p.iter()
