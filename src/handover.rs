@@ -90,7 +90,7 @@ impl Handover {
     pub(crate) fn offer(&self, name: &str) -> Offer {
         let name: Arc<str> = name.into();
         self.table
-            .with_queue(&name, |q| self.pick(q, true))
+            .with_queue(&name, |q| self.pick(q, true, &|_| false))
             .unwrap_or(Offer::Publish)
     }
 
@@ -109,7 +109,15 @@ impl Handover {
     ///
     /// `listening`: this client's own subscription to the lock's channel is confirmed,
     /// so that the one subscriber the script allows is this client.
-    pub(crate) fn pick(&self, queue: &mut Queue, listening: bool) -> Option<Offer> {
+    ///
+    /// `busy`: whether a field has a request in flight. Its waiters are passed over: a
+    /// retry of that request could take a hold handed over meanwhile for its own grant.
+    pub(crate) fn pick(
+        &self,
+        queue: &mut Queue,
+        listening: bool,
+        busy: &dyn Fn(&str) -> bool,
+    ) -> Option<Offer> {
         if self.limit == 0 || queue.sleeping.is_empty() {
             return None;
         }
@@ -133,7 +141,12 @@ impl Handover {
         } else {
             Terms::Outright
         };
-        let (_, ticket) = queue.sleeping.pop_first()?;
+        let seq = queue
+            .sleeping
+            .iter()
+            .find(|(_, t)| !busy(&t.field))
+            .map(|(seq, _)| *seq)?;
+        let ticket = queue.sleeping.remove(&seq)?;
         if queue.streak == 0 {
             queue.streak_began = Some(now);
         }

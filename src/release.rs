@@ -98,11 +98,16 @@ pub(crate) async fn release_hold(
     // Read before the table's section: the hub's lock is not taken inside it.
     let listening =
         may_offer && inner.handover.asks_at_end() && inner.pubsub.is_ready(&hold.channel);
-    let (_in_flight, plan) = inner
-        .table
-        .begin_release(&hold.name, &hold.field, may_offer, |q| {
-            inner.handover.pick(q, listening)
-        });
+    let (_in_flight, plan, _offered) = inner.table.begin_release(
+        &hold.name,
+        &hold.field,
+        may_offer,
+        |q, busy| inner.handover.pick(q, listening, busy),
+        |plan| match plan {
+            Offer::To(ticket, _) => Some(ticket.field.clone()),
+            _ => None,
+        },
+    );
     match plan.unwrap_or(Offer::Publish) {
         Offer::To(ticket, terms) => {
             let offer = Offered {

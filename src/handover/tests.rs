@@ -257,7 +257,7 @@ async fn a_streak_past_its_window_ends_outright_unless_the_client_listens() {
     // Not subscribed (yet, or any more): the script's one subscriber could be another
     // client's waiter.
     assert!(matches!(
-        table.with_queue(&name, |q| h.pick(q, false)),
+        table.with_queue(&name, |q| h.pick(q, false, &|_| false)),
         Some(Offer::EndStreak)
     ));
 }
@@ -286,4 +286,45 @@ async fn a_streak_that_redis_lets_go_on_still_ends_after_its_windows() {
     };
     // ... until RUN_WINDOWS of them have passed: then it ends, whoever waits.
     assert!(ended >= window * RUN_WINDOWS, "ended after {ended:?}");
+}
+
+/// Issue 24, finding 6: a release never offers the lock to a field with a request in
+/// flight (a retry of it could take the hand-over for its own grant), and the field it
+/// offers to stays in flight until the offer is settled, so that a request of that
+/// field waits for it.
+#[tokio::test]
+async fn an_offer_passes_over_a_field_in_flight_and_holds_its_own_field() {
+    let table = Arc::new(Table::new(
+        Duration::from_secs(30),
+        Duration::from_secs(3600),
+    ));
+    let h = Arc::new(Handover::new(
+        table.clone(),
+        100,
+        Duration::from_secs(3600),
+        false,
+    ));
+    let name: Arc<str> = "n".into();
+    let _ws = parked(&h, &name, 2);
+    // A twin call of f0 has a request in flight: f1 is offered instead.
+    let twin = table.begin(&name, &"f0".into());
+    let (release, plan, offered) = table.begin_release(
+        &name,
+        &"holder".into(),
+        true,
+        |q, busy| h.pick(q, false, busy),
+        |o| match o {
+            Offer::To(t, _) => Some(t.field.clone()),
+            _ => None,
+        },
+    );
+    assert_eq!(&*to(plan.expect("an offer")).field, "f1");
+    assert!(offered.is_some());
+    assert!(
+        table.in_flight(&name, "f1"),
+        "the offered field is in flight"
+    );
+    drop((release, offered, twin));
+    assert!(!table.in_flight(&name, "f1"));
+    assert!(!table.in_flight(&name, "f0"));
 }

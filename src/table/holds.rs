@@ -203,24 +203,40 @@ impl Table {
     }
 
     /// Starts a release of `(name, field)`. If the client holds nothing more under the
-    /// field and `may_offer`, `offer` picks from the name's queue whom the lock goes to.
+    /// field and `may_offer`, `offer` picks from the name's queue whom the lock goes to;
+    /// it is told which fields have a request in flight, and the field `offered` names
+    /// is in flight too until the last guard returned drops (the offer is settled). A retry
+    /// of a request of that field (issue 24, finding 6: two calls of one task at once)
+    /// could otherwise take a hold handed over meanwhile for its own first grant, and
+    /// two guards would share one hold.
     pub(crate) fn begin_release<O>(
         self: &Arc<Self>,
         name: &Arc<str>,
         field: &Arc<str>,
         may_offer: bool,
-        offer: impl FnOnce(&mut Queue) -> Option<O>,
-    ) -> (InFlightGuard, Option<O>) {
-        self.with_holder(name, field, |h, q| {
-            self.start(h);
+        offer: impl FnOnce(&mut Queue, &dyn Fn(&str) -> bool) -> Option<O>,
+        offered: impl Fn(&O) -> Option<Arc<str>>,
+    ) -> (InFlightGuard, Option<O>, Option<InFlightGuard>) {
+        self.with(name, |e| {
+            let holds = {
+                let h = e.holders.entry(field.clone()).or_default();
+                self.start(h);
+                h.holds()
+            };
             // Holds this client still counts for the field make the release partial:
             // offering the lock with it would only wake a waiter for nothing.
-            let plan = if may_offer && !h.holds() {
-                offer(q)
+            let plan = if may_offer && !holds {
+                let holders = &e.holders;
+                let busy = |f: &str| holders.get(f).is_some_and(|h| h.in_flight > 0);
+                offer(&mut e.queue, &busy)
             } else {
                 None
             };
-            (self.guard(name, field), plan)
+            let to = plan.as_ref().and_then(offered).map(|to| {
+                self.start(e.holders.entry(to.clone()).or_default());
+                self.guard(name, &to)
+            });
+            (self.guard(name, field), plan, to)
         })
     }
 }
