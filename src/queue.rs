@@ -147,8 +147,11 @@ pub(crate) enum Offer {
     To(Arc<Ticket>, Terms),
     /// Publish: this client has nobody waiting.
     Publish,
-    /// Publish, ending a streak of hand-overs while this client still has waiters.
-    EndStreak,
+    /// Publish, ending a streak of hand-overs while this client still has waiters, and
+    /// leave the lock to others for at least `gap` (a share of the streak when it
+    /// ended whoever waits, for waiters nobody can see; see
+    /// [`RUN_GAP_SHARE`](crate::handover::RUN_GAP_SHARE)).
+    EndStreak { gap: Duration },
 }
 
 /// When the unlock script hands the lock to an offered waiter (`docs/protocol.md` 2.2).

@@ -116,25 +116,28 @@ pub(crate) async fn release_hold(
                 name: hold.name.clone(),
                 settled: false,
             };
-            let ends_streak = terms == Terms::EndOfStreak;
+            // Past its window, Redis publishes instead only if someone else waits.
+            let ends = (terms == Terms::EndOfStreak).then_some(Duration::ZERO);
             let offer = Some((offer, terms));
-            send_release(inner, hold, keep, holds, offer, ends_streak).await
+            send_release(inner, hold, keep, holds, offer, ends).await
         }
-        Offer::EndStreak => send_release(inner, hold, keep, holds, None, true).await,
-        Offer::Publish => send_release(inner, hold, keep, holds, None, false).await,
+        Offer::EndStreak { gap } => send_release(inner, hold, keep, holds, None, Some(gap)).await,
+        Offer::Publish => send_release(inner, hold, keep, holds, None, None).await,
     }
 }
 
 /// Sends one release and settles the offer riding on it. A transient failure is retried
 /// with the same request id, so a retry of an unlock that did run replays its outcome
-/// instead of counting down twice (or handing over twice).
+/// instead of counting down twice (or handing over twice). `ends_streak`: the release
+/// may end this client's run of hand-overs; if it is published, the client's waiters
+/// then hold back for two round trips, at least this long.
 async fn send_release(
     inner: &Arc<ClientInner>,
     hold: &Hold,
     keep: Option<Duration>,
     holds: u32,
     offer: Option<(Offered, Terms)>,
-    ends_streak: bool,
+    ends_streak: Option<Duration>,
 ) -> Result<Release> {
     let (mut offer, terms) = match offer {
         Some((o, terms)) => (Some(o), terms),
@@ -182,10 +185,12 @@ async fn send_release(
             Err(e) => break Err(e),
         }
     };
-    if ends_streak && outcome.as_ref().is_ok_and(|r| *r == Release::Released) {
+    let released = outcome.as_ref().is_ok_and(|r| *r == Release::Released);
+    if let (Some(gap), true) = (ends_streak, released) {
         // Two round trips: the message's way to the other waiters and their acquire.
-        // Capped: a slow (retried) unlock says little about the round trip.
-        let period = (sent.elapsed() * 2).min(Duration::from_millis(20));
+        // Capped: a slow (retried) unlock says little about the round trip. At least
+        // `gap`, for waiters that do not hear the message.
+        let period = (sent.elapsed() * 2).min(Duration::from_millis(20)).max(gap);
         inner.handover.hold_back(&hold.name, period);
     }
     if let Some(mut o) = offer.take() {

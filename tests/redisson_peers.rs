@@ -118,21 +118,24 @@ fn poll(s: &RedisServer, grants: &AtomicU64, every: Duration, run: Duration) -> 
 
 /// Finding 1 of issue 24: in 3 s of two clients' contention the poller got nothing
 /// (1,408 grants went to the crate's tasks). Redisson promises a poller no order, only a
-/// free moment now and then; the bound here (the issue's target is 100 ms or 256 grants)
-/// is generous for a loaded test machine.
+/// free moment now and then: here every release between the clients is one. The issue's
+/// target is 100 ms or 256 grants; measured 64-166 grants.
 #[test]
 fn a_redisson_try_lock_poller_gets_in_while_clients_contend() {
-    poller_gets_in((2, 2));
+    poller_gets_in((2, 2), 256);
 }
 
 /// The same against one client's four tasks, whose releases hand the lock over to each
-/// other inside the client.
+/// other inside the client: a run of hand-overs that ends whoever waits leaves the lock
+/// free for a share of its length (`handover::RUN_GAP_SHARE`). Measured 34-65 grants;
+/// 198-542 before the gap (2 ms of free lock at most every 80 ms, a poller every 2 ms).
 #[test]
 fn a_redisson_try_lock_poller_gets_in_while_one_clients_tasks_contend() {
-    poller_gets_in((1, 4));
+    poller_gets_in((1, 4), 150);
 }
 
-fn poller_gets_in(shape: (usize, usize)) {
+/// The poller's longest wait is at most `bound` grants to the crate's tasks.
+fn poller_gets_in(shape: (usize, usize), bound: u64) {
     let s = RedisServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -159,8 +162,8 @@ fn poller_gets_in(shape: (usize, usize)) {
         "the poller never got the lock in {total} grants"
     );
     assert!(
-        waits.longest < Duration::from_millis(1000) || waits.most_grants <= 256,
-        "the poller waited too long: {waits:?}"
+        waits.most_grants <= bound,
+        "the poller waited through more than {bound} grants: {waits:?}"
     );
 }
 

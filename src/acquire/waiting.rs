@@ -85,6 +85,14 @@ impl Target {
 impl Waiting<'_> {
     pub(super) async fn attempt(&mut self) -> Step {
         let target = self.target;
+        // This client just ended a run of hand-overs on the name: the others go first,
+        // its woken waiters included (a holder of the field never defers).
+        let inner = target.inner();
+        if let Some(until) = inner.handover.held_back(&target.name) {
+            if !inner.table.holds(&target.name, &self.field) {
+                tokio::time::sleep_until(self.deadline.map_or(until, |d| d.min(until))).await;
+            }
+        }
         let tried = target
             .attempt_within(
                 self.owner,

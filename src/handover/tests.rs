@@ -62,7 +62,7 @@ async fn offers_oldest_first_and_bounds_the_streak() {
     assert_eq!(&*to(h.offer("n")).field, "f0");
     assert_eq!(&*to(h.offer("n")).field, "f1");
     assert!(
-        matches!(h.offer("n"), Offer::EndStreak),
+        matches!(h.offer("n"), Offer::EndStreak { .. }),
         "third in a row is published"
     );
     assert_eq!(&*to(h.offer("n")).field, "f2");
@@ -201,7 +201,7 @@ async fn a_streak_ends_when_its_window_has_passed() {
     assert_eq!(&*to(h.offer("n")).field, "f0");
     assert_eq!(&*to(h.offer("n")).field, "f1");
     tokio::time::sleep(Duration::from_millis(40)).await;
-    assert!(matches!(h.offer("n"), Offer::EndStreak));
+    assert!(matches!(h.offer("n"), Offer::EndStreak { .. }));
     assert_eq!(&*to(h.offer("n")).field, "f2", "a new streak begins");
 }
 
@@ -236,7 +236,7 @@ async fn a_streak_past_its_window_asks_redis_and_its_count_still_ends_it() {
     assert_eq!(terms(h.offer("n")), Terms::Outright);
     assert_eq!(terms(h.offer("n")), Terms::Outright);
     // Four in a row, the limit: published, whoever waits.
-    assert!(matches!(h.offer("n"), Offer::EndStreak));
+    assert!(matches!(h.offer("n"), Offer::EndStreak { .. }));
     assert_eq!(terms(h.offer("n")), Terms::Outright);
     tokio::time::sleep(past).await;
     assert_eq!(terms(h.offer("n")), Terms::EndOfStreak);
@@ -258,7 +258,7 @@ async fn a_streak_past_its_window_ends_outright_unless_the_client_listens() {
     // client's waiter.
     assert!(matches!(
         table.with_queue(&name, |q| h.pick(q, false, &|_| false)),
-        Some(Offer::EndStreak)
+        Some(Offer::EndStreak { .. })
     ));
 }
 
@@ -276,7 +276,7 @@ async fn a_streak_that_redis_lets_go_on_still_ends_after_its_windows() {
         tokio::time::sleep(Duration::from_millis(60)).await;
         match h.offer("n") {
             Offer::To(_, Terms::EndOfStreak) => {}
-            Offer::EndStreak => break began.elapsed(),
+            Offer::EndStreak { gap } => break (began.elapsed(), gap),
             _ => panic!("neither asked nor ended"),
         }
         assert!(
@@ -284,8 +284,11 @@ async fn a_streak_that_redis_lets_go_on_still_ends_after_its_windows() {
             "the streak never ended"
         );
     };
-    // ... until RUN_WINDOWS of them have passed: then it ends, whoever waits.
+    // ... until RUN_WINDOWS of them have passed: then it ends, whoever waits, and leaves
+    // the lock free for a share of its length, for waiters nobody can see.
+    let (ended, gap) = ended;
     assert!(ended >= window * RUN_WINDOWS, "ended after {ended:?}");
+    assert!(gap >= window * RUN_WINDOWS / RUN_GAP_SHARE, "a gap of {gap:?}");
 }
 
 /// Issue 24, finding 6: a release never offers the lock to a field with a request in
