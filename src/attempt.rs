@@ -275,22 +275,11 @@ impl Target {
     }
 }
 
-/// What a grant to this attempt does to its client's place in the lock's line (turns):
-/// other waiters of the client in line keep it there; the last one, if it was counted
-/// there, takes it out.
+/// What a grant to this attempt does to its client's place in the lock's line (turns;
+/// [`grant_effect`](crate::policy::line::grant_effect)).
 fn line_flag(inner: &ClientInner, name: &str, in_line: Counted) -> raw::Line {
-    if inner.config.turn_window.is_zero() {
-        return raw::Line::Out;
-    }
-    let others = inner
-        .table
-        .in_line(name)
-        .saturating_sub(u32::from(in_line != Counted::No));
-    match others {
-        0 if in_line == Counted::Waiting => raw::Line::Leave,
-        0 => raw::Line::Out,
-        _ => raw::Line::Keep,
-    }
+    let turns = !inner.config.turn_window.is_zero();
+    crate::policy::line::grant_effect(turns, inner.table.in_line(name), in_line)
 }
 
 /// Gives back one hold taken by an acquire whose caller will not use it.

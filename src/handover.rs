@@ -30,7 +30,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::queue::{Grant, Offer, Queue, State, Terms, Ticket, Woke};
+use crate::policy::run::{Limits, Next, Settled};
+use crate::queue::{since_origin, Grant, Offer, Queue, State, Terms, Ticket, Woke};
 use crate::table::Table;
 
 /// Default for [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit):
@@ -41,36 +42,11 @@ pub const DEFAULT_HANDOVER_LIMIT: u32 = 256;
 /// how long a run of hand-overs on one name may last.
 pub const DEFAULT_HANDOVER_WINDOW: Duration = Duration::from_millis(5);
 
-/// Hand-overs in a row after which the next one gives way to another client of this
-/// crate waiting in the lock's line (`docs/protocol.md` 2.6): that client's turn comes
-/// first, and this client's waiters follow it. Runs between clients then take turns, so
-/// processes share a busy lock evenly, while a run of a few grants keeps most hand-offs
-/// inside one process, where they are cheap.
-pub(crate) const GIVE_WAY_AFTER: u32 = 4;
-
-/// How many windows a streak may last when the unlock script finds nobody else waiting
-/// at the end of each (`docs/protocol.md` 2.2): then it ends whoever waits, so that a
-/// waiter the script cannot count (Redisson's `RSpinLock`, a `tryLock()` loop) gets a
-/// chance at least this often (80 ms with the default window), and not only every
-/// `limit` grants, which with long holds is seconds.
-pub(crate) const RUN_WINDOWS: u32 = 16;
-
-/// A streak that ended whoever waits (its count, or `RUN_WINDOWS`) leaves the lock to
-/// others for this share of its length: this client's waiters and new calls hold back
-/// that long. A waiter nobody can see, such as a Redisson `tryLock()` loop, gets in only
-/// if it tries while the lock is free; 1/32 of an 80 ms run is 2.5 ms, in which one that
-/// tries every 2 ms does (`tests/redisson_peers.rs`), at a cost of about 3% of this
-/// client's grants while nobody else wants the lock.
-pub(crate) const RUN_GAP_SHARE: u32 = 32;
-
 /// The hand-over policy of one client, over the queues of its table.
 pub(crate) struct Handover {
     table: Arc<Table>,
-    limit: u32,
-    window: Duration,
-    /// Whether the unlock script can tell that nobody outside this client waits, so
-    /// that a streak whose window is over may go on (see [`pick`](Self::pick)).
-    asks_at_end: bool,
+    /// The bounds on a run (`policy::run`).
+    limits: Limits,
     /// Leaves since the last sweep of idle entries.
     leaves: AtomicU64,
     next_seq: AtomicU64,
@@ -85,9 +61,11 @@ impl Handover {
     ) -> Handover {
         Handover {
             table,
-            limit,
-            window,
-            asks_at_end,
+            limits: Limits {
+                limit,
+                window,
+                asks_at_end,
+            },
             leaves: AtomicU64::new(0),
             next_seq: AtomicU64::new(0),
         }
@@ -103,17 +81,8 @@ impl Handover {
     }
 
     /// The oldest sleeping waiter in `queue`, now marked offered, unless nobody sleeps or
-    /// the streak is used up: `limit` hand-overs, or `window` since the first (then this
-    /// release is published, and the streak starts again). The count bounds a hot loop;
-    /// the window bounds, in time, how long waiters of other clients wait behind ours.
-    /// `None`: publish, as if this client had no waiter.
-    ///
-    /// Where the script can count who listens on the lock's channel, a window that is
-    /// over does not end the streak by itself: the offer goes out with
-    /// [`Terms::EndOfStreak`], and Redis publishes instead of handing over only if
-    /// someone else may be waiting. Ending a streak costs a published release, a
-    /// wake-up and a pause of this client's own acquires, which buy nothing when nobody
-    /// else waits.
+    /// the run decides otherwise ([`Run::next`](crate::policy::run::Run::next): its count or its window is used up, and
+    /// the release is published). `None`: publish, as if this client had no waiter.
     ///
     /// `listening`: this client's own subscription to the lock's channel is confirmed,
     /// so that the one subscriber the script allows is this client.
@@ -126,33 +95,14 @@ impl Handover {
         listening: bool,
         busy: &dyn Fn(&str) -> bool,
     ) -> Option<Offer> {
-        if self.limit == 0 || queue.sleeping.is_empty() {
+        if queue.sleeping.is_empty() {
             return None;
         }
-        let now = Instant::now();
-        let since =
-            |t: Option<Instant>| t.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-        let over = queue.streak > 0 && since(queue.window_began) >= self.window;
-        let capped = since(queue.streak_began) >= self.window.saturating_mul(RUN_WINDOWS);
-        let whoever_waits = queue.streak >= self.limit || (over && capped);
-        if whoever_waits || (over && !(self.asks_at_end && listening)) {
-            let gap = match whoever_waits {
-                true => since(queue.streak_began) / RUN_GAP_SHARE,
-                false => Duration::ZERO,
-            };
-            queue.streak = 0;
-            queue.streak_began = None;
-            queue.window_began = None;
-            return Some(Offer::EndStreak { gap });
-        }
-        // Past the window, Redis decides. The count and the first hand-over's time stay,
-        // so `limit` and `RUN_WINDOWS` still end the streak whoever waits: a waiter that
-        // the script cannot count (one that polls, or hears the channel at a replica)
-        // gets its chance then.
-        let mut terms = if over {
-            Terms::EndOfStreak
-        } else {
-            Terms::Outright
+        let now = since_origin(Instant::now());
+        let terms = match queue.run.next(now, &self.limits, listening) {
+            Next::Publish => return None,
+            Next::End { gap } => return Some(Offer::EndStreak { gap }),
+            Next::Offer(terms) => terms,
         };
         let seq = queue
             .sleeping
@@ -160,45 +110,21 @@ impl Handover {
             .find(|(_, t)| !busy(&t.field))
             .map(|(seq, _)| *seq)?;
         let ticket = queue.sleeping.remove(&seq)?;
-        if queue.streak == 0 {
-            queue.streak_began = Some(now);
-        }
-        if queue.streak == 0 || terms == Terms::EndOfStreak {
-            queue.window_began = Some(now);
-        }
-        if terms == Terms::Outright && queue.streak >= GIVE_WAY_AFTER {
-            terms = Terms::GiveWay;
-        }
-        queue.streak += 1;
+        queue.run.offered(now, terms);
         *ticket.state.lock() = State::Offered;
         Some(Offer::To(ticket, terms))
     }
 
-    /// An offer of `name` was not handed over after all (the release was partial, or
-    /// failed): it leaves the streak as it was before.
-    pub(crate) fn withdraw(&self, name: &Arc<str>) {
-        self.table.with_queue(name, |q| {
-            q.streak = q.streak.saturating_sub(1);
-            if q.streak == 0 {
-                q.streak_began = None;
-                q.window_began = None;
-            }
-        });
-    }
-
-    /// A release gave way to another client, or an offer made past the window was
-    /// published: the next run of hand-overs starts afresh.
-    pub(crate) fn gave_way(&self, name: &Arc<str>) {
-        self.table.with_queue(name, |q| {
-            q.streak = 0;
-            q.streak_began = None;
-            q.window_began = None;
-        });
+    /// The release that carried an offer of `name` on `terms` came out so (see
+    /// [`Run::settled`](crate::policy::run::Run::settled)).
+    pub(crate) fn settled(&self, name: &Arc<str>, terms: Terms, outcome: Settled) {
+        self.table
+            .with_queue(name, |q| q.run.settled(terms, outcome));
     }
 
     /// Whether a streak past its window may go on when Redis finds nobody else waiting.
     pub(crate) fn asks_at_end(&self) -> bool {
-        self.asks_at_end
+        self.limits.asks_at_end
     }
 
     /// Holds back this client's new acquires of `name` for `period` (see `yield_until`).

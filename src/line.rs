@@ -14,18 +14,7 @@ use crate::target::Target;
 /// [`InLine::leave`]): many round trips on any sound network, and little next to a wait.
 const LEAVE_BUDGET: Duration = Duration::from_millis(5);
 
-/// Where an acquire attempt stands among its client's waiters in line (turns).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Counted {
-    /// Not counted: it does not wait, or waits without turns.
-    No,
-    /// Counted, its first attempt: it has not put the client in line, so its grant
-    /// never takes the client out (an uncontended lock runs no `LREM`), and keeps it in
-    /// line if other waiters of the client are counted.
-    First,
-    /// Counted, and answered busy before: it put the client in line.
-    Waiting,
-}
+pub(crate) use crate::policy::line::Counted;
 
 /// This acquisition's part in its client's place in the lock's line in Redis
 /// (`docs/protocol.md` 2.6): joined at its first busy reply, or, for a plain lock's

@@ -13,6 +13,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+pub(crate) use crate::policy::run::{Run, Terms};
+
 /// Where one waiter's ticket stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum State {
@@ -112,13 +114,8 @@ impl Ticket {
 pub(crate) struct Queue {
     /// Sleeping, not offered, by first-wait order.
     pub(crate) sleeping: BTreeMap<u64, Arc<Ticket>>,
-    /// Hand-overs in a row on this name since the last published release.
-    pub(crate) streak: u32,
-    /// When the streak's first hand-over was made.
-    pub(crate) streak_began: Option<Instant>,
-    /// When its current window began: at its first hand-over, and again at each one
-    /// that Redis made past the window because nobody else waited.
-    pub(crate) window_began: Option<Instant>,
+    /// This client's run of hand-overs on the name (times by [`since_origin`]).
+    pub(crate) run: Run,
     /// After this client ended a streak with a published release: until then its own
     /// new acquires of the name hold back, so that the waiters the message wakes, here
     /// and in other clients, race on equal terms with the task that just released.
@@ -137,8 +134,16 @@ impl Queue {
     pub(crate) fn idle(&self, now: impl Fn() -> Instant, window: Duration) -> bool {
         self.sleeping.is_empty()
             && self.yield_until.is_none_or(|u| u <= now())
-            && (self.streak == 0 || self.window_began.is_none_or(|t| t + window <= now()))
+            && (self.run.streak() == 0 || self.run.idle(since_origin(now()), window))
     }
+}
+
+/// The clock's origin for [`Run`]'s times: the first time anyone asked.
+static ORIGIN: once_cell::sync::Lazy<Instant> = once_cell::sync::Lazy::new(Instant::now);
+
+/// `at` as the policy's time: the time since [`ORIGIN`].
+pub(crate) fn since_origin(at: Instant) -> Duration {
+    at.saturating_duration_since(*ORIGIN)
 }
 
 /// What an unlock should do with the lock on a full release.
@@ -150,20 +155,8 @@ pub(crate) enum Offer {
     /// Publish, ending a streak of hand-overs while this client still has waiters, and
     /// leave the lock to others for at least `gap` (a share of the streak when it
     /// ended whoever waits, for waiters nobody can see; see
-    /// [`RUN_GAP_SHARE`](crate::handover::RUN_GAP_SHARE)).
+    /// [`RUN_GAP_SHARE`](crate::policy::run::RUN_GAP_SHARE)).
     EndStreak { gap: Duration },
-}
-
-/// When the unlock script hands the lock to an offered waiter (`docs/protocol.md` 2.2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Terms {
-    /// Always.
-    Outright,
-    /// Unless another client waits in line, whose turn then comes first (2.6).
-    GiveWay,
-    /// The streak's window is over: only if nobody outside this client may be waiting
-    /// for the lock; else the release is published and the streak ends.
-    EndOfStreak,
 }
 
 /// What a waiter finds when it stops sleeping.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::policy::run::Settled;
 use crate::queue::{Grant, Offer, Terms, Ticket};
 use crate::raw::{self, Kind, Release, ReleaseCall};
 use crate::services::ClientInner;
@@ -28,6 +29,7 @@ pub(crate) fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
 /// (the runtime went away), the waiter is freed.
 struct Offered {
     ticket: Arc<Ticket>,
+    terms: Terms,
     inner: Arc<ClientInner>,
     name: Arc<str>,
     settled: bool,
@@ -37,7 +39,8 @@ impl Offered {
     /// The release did not hand over; it does not count toward the run either.
     fn withdraw(&mut self, unsure: bool) {
         self.settled = true;
-        self.inner.handover.withdraw(&self.name);
+        let handover = &self.inner.handover;
+        handover.settled(&self.name, self.terms, Settled::NotHandedOver);
         if unsure {
             self.ticket.unsure()
         } else {
@@ -112,14 +115,14 @@ pub(crate) async fn release_hold(
         Offer::To(ticket, terms) => {
             let offer = Offered {
                 ticket,
+                terms,
                 inner: inner.clone(),
                 name: hold.name.clone(),
                 settled: false,
             };
             // Past its window, Redis publishes instead only if someone else waits.
             let ends = (terms == Terms::EndOfStreak).then_some(Duration::ZERO);
-            let offer = Some((offer, terms));
-            send_release(inner, hold, keep, holds, offer, ends).await
+            send_release(inner, hold, keep, holds, Some(offer), ends).await
         }
         Offer::EndStreak { gap } => send_release(inner, hold, keep, holds, None, Some(gap)).await,
         Offer::Publish => send_release(inner, hold, keep, holds, None, None).await,
@@ -136,13 +139,10 @@ async fn send_release(
     hold: &Hold,
     keep: Option<Duration>,
     holds: u32,
-    offer: Option<(Offered, Terms)>,
+    mut offer: Option<Offered>,
     ends_streak: Option<Duration>,
 ) -> Result<Release> {
-    let (mut offer, terms) = match offer {
-        Some((o, terms)) => (Some(o), terms),
-        None => (None, Terms::Outright),
-    };
+    let terms = offer.as_ref().map_or(Terms::Outright, |o| o.terms);
     let sent = Instant::now();
     let latch = raw::latch_key(&hold.name, &raw::request_id());
     let mut call = ReleaseCall {
@@ -194,7 +194,6 @@ async fn send_release(
         inner.handover.hold_back(&hold.name, period);
     }
     if let Some(mut o) = offer.take() {
-        let handed_over = matches!(outcome, Ok(Release::HandedOver { .. }));
         match &outcome {
             Ok(Release::HandedOver { token, unacked }) => {
                 o.settled = true;
@@ -217,15 +216,12 @@ async fn send_release(
             Ok(Release::GaveWay) => {
                 // The waiter sleeps on, in its place, until its client's turn comes.
                 o.pass();
-                inner.handover.gave_way(&hold.name);
+                inner.handover.settled(&hold.name, terms, Settled::GaveWay);
             }
+            // Published past its window, the run is over (`Run::settled`).
             Ok(_) => o.withdraw(false),
             // Maybe it ran: the waiter adopts what it may have been given.
             Err(_) => o.withdraw(true),
-        }
-        if terms == Terms::EndOfStreak && !handed_over {
-            // Redis published (or nothing was released): the streak is over.
-            inner.handover.gave_way(&hold.name);
         }
     }
     match outcome {

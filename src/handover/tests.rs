@@ -1,5 +1,6 @@
 //! Unit tests of the hand-over queue and its offers.
 use super::*;
+use crate::policy::run::{RUN_GAP_SHARE, RUN_WINDOWS};
 use crate::queue::Grant;
 
 fn hub(limit: u32) -> Arc<Handover> {
@@ -68,7 +69,7 @@ async fn offers_oldest_first_and_bounds_the_streak() {
     assert_eq!(&*to(h.offer("n")).field, "f2");
     assert!(matches!(h.offer("n"), Offer::Publish), "nobody left");
     assert_eq!(
-        h.table.peek_queue("n", |q| q.streak).unwrap(),
+        h.table.peek_queue("n", |q| q.run.streak()).unwrap(),
         1,
         "a run still counting is kept"
     );
@@ -112,9 +113,9 @@ async fn revert_frees_the_waiter() {
     assert_eq!(w.unpark(), Woke::Free);
     assert_eq!(w.outcome().await, Woke::Free);
     assert!(h.table.peek_queue("n", |q| q.sleeping.is_empty()).unwrap());
-    h.withdraw(&"n".into());
+    h.settled(&"n".into(), Terms::Outright, Settled::NotHandedOver);
     // Nothing left counting: the name's entry is gone.
-    assert_eq!(h.table.peek_queue("n", |q| q.streak), None);
+    assert_eq!(h.table.peek_queue("n", |q| q.run.streak()), None);
 }
 
 #[tokio::test]
@@ -241,7 +242,7 @@ async fn a_streak_past_its_window_asks_redis_and_its_count_still_ends_it() {
     tokio::time::sleep(past).await;
     assert_eq!(terms(h.offer("n")), Terms::EndOfStreak);
     // Redis published instead: the streak is over.
-    h.gave_way(&name);
+    h.settled(&name, Terms::EndOfStreak, Settled::NotHandedOver);
     assert_eq!(terms(h.offer("n")), Terms::Outright, "a new streak");
 }
 
@@ -288,7 +289,10 @@ async fn a_streak_that_redis_lets_go_on_still_ends_after_its_windows() {
     // the lock free for a share of its length, for waiters nobody can see.
     let (ended, gap) = ended;
     assert!(ended >= window * RUN_WINDOWS, "ended after {ended:?}");
-    assert!(gap >= window * RUN_WINDOWS / RUN_GAP_SHARE, "a gap of {gap:?}");
+    assert!(
+        gap >= window * RUN_WINDOWS / RUN_GAP_SHARE,
+        "a gap of {gap:?}"
+    );
 }
 
 /// Issue 24, finding 6: a release never offers the lock to a field with a request in

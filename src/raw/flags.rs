@@ -3,26 +3,14 @@
 
 use crate::connection::Conn;
 
-/// What a first grant does to the client's place in the line (`lua/acquire.lua`,
-/// flags `k` and `l`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Line {
-    /// Other waiters of the client remain: it stays in line, or joins it again at the
-    /// back after using its turn.
-    Keep,
-    /// The acquisition was the client's last waiter in line: it leaves.
-    Leave,
-    /// The client was not in line.
-    Out,
-}
+pub(crate) use crate::policy::line::Line;
 
-impl Line {
-    fn letter(self) -> Option<u8> {
-        match self {
-            Line::Keep => Some(b'k'),
-            Line::Leave => Some(b'l'),
-            Line::Out => None,
-        }
+/// The acquire script's letter for what a first grant does to the line.
+fn line_letter(line: Line) -> Option<u8> {
+    match line {
+        Line::Keep => Some(b'k'),
+        Line::Leave => Some(b'l'),
+        Line::Out => None,
     }
 }
 
@@ -52,7 +40,7 @@ impl Flags {
 
     /// `k` or `l` for the client's place in the line, nothing when it is not in it.
     pub(super) fn line(self, line: Line) -> Flags {
-        match line.letter() {
+        match line_letter(line) {
             Some(letter) => self.set(letter, true),
             None => self,
         }

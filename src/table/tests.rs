@@ -103,10 +103,13 @@ async fn an_emptied_entry_reused_for_another_name_carries_nothing_over() {
     let (a, b, f): (Arc<str>, Arc<str>, Arc<str>) = ("a".into(), "b".into(), "f".into());
     t.add_fixed(&a, &f, Kind::Write);
     // A run of hand-overs that stopped counting leaves the entry empty, not new.
+    // Its run began at the policy clock's origin, at least 10 ms ago.
+    let _ = crate::queue::since_origin(Instant::now());
+    std::thread::sleep(Duration::from_millis(10));
     t.with_queue(&a, |q| {
-        q.streak = 3;
-        q.streak_began = Some(Instant::now() - Duration::from_secs(1));
-        q.window_began = q.streak_began;
+        for _ in 0..3 {
+            q.run.offered(Duration::ZERO, crate::queue::Terms::Outright);
+        }
         q.holder_until = Some(Instant::now() + Duration::from_secs(9));
     });
     assert!(matches!(
@@ -122,7 +125,7 @@ async fn an_emptied_entry_reused_for_another_name_carries_nothing_over() {
     assert_eq!(t.spare(), 1, "the spare entry went back after use");
     t.with_queue(&b, |q| {
         assert!(q.sleeping.is_empty());
-        assert!(q.streak == 0 && q.streak_began.is_none() && q.window_began.is_none());
+        assert_eq!(q.run, crate::queue::Run::default());
         assert!(q.holder_until.is_none());
     });
     assert_eq!(t.len(), 0);

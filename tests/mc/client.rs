@@ -18,14 +18,20 @@
 //!   waiter woken by "0" asks and meets `TurnBusy` instead of letting the "0" pass); an
 //!   unlock message wakes every sleeping task of the client; a turn-busy reply sleeps
 //!   for the turn's PTTL (`turn_covered` false).
-//! - Hand-over: the oldest sleeping task is offered; terms are `GiveWay` after
-//!   `give_way_after` hand-overs in a row, else `Outright`. The hand-over window, its
-//!   end-of-run flag `e`, `RUN_WINDOWS`, `held_back` and `limit` are not modelled.
+//! - Hand-over: the oldest sleeping task is offered, on the terms the client's own
+//!   `policy::run::Run` gives at the model time (`g` to give way, `e` past the window);
+//!   the run's end publishes. The hold-back after a run (`held_back`, the gap) is not
+//!   modelled.
+//! - The line flag of every acquire is the client's own `policy::line::grant_effect`.
 //! - Leaving the line (`LREM`) after a hand-over is sent in the same step; the janitor's
 //!   latch deletes are not sent (latches carry a TTL).
 
 use super::world::{ClientCfg, Config, World, LOCK};
 use crate::checker::store::Reply;
+use std::time::Duration;
+
+use redis_rlock::policy::line::{grant_effect, Counted, Line};
+use redis_rlock::policy::run::{Next, Run, Terms};
 use redis_rlock::protocol::{channel_name, clients_key, token_key, turn_key, turns_channel};
 
 /// A message the client heard: only the lock's unlock message is modelled.
@@ -70,7 +76,8 @@ pub enum Req {
     Release {
         keys: Vec<String>,
         args: Vec<String>,
-        offered: Option<usize>,
+        /// The task offered the lock, and on which terms.
+        offered: Option<(usize, Terms)>,
         sent: u64,
     },
 }
@@ -89,7 +96,8 @@ pub struct Client {
     pub idx: usize,
     pub tasks: Vec<Task>,
     pub in_line: u8,
-    pub streak: u8,
+    /// The run of hand-overs (`policy::run`), times as model ms since `EPOCH`.
+    pub run: Run,
     pub next_seq: u8,
     pub inbox: super::world::Inbox,
     pub crashed: bool,
@@ -117,7 +125,7 @@ impl Client {
             idx: c,
             tasks: vec![task; tasks],
             in_line: 0,
-            streak: 0,
+            run: Run::default(),
             next_seq: 0,
             inbox: Default::default(),
             crashed: false,
@@ -222,13 +230,11 @@ fn attempt(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8, seq: Optio
         cl.tasks[t].joined = true;
         cl.in_line += 1;
     }
-    let task = &cl.tasks[t];
-    let others = cl.in_line - 1;
-    let line = match (others, task.busy_before) {
-        (0, true) => "l",
-        (0, false) => "",
-        _ => "k",
+    let counted = match cl.tasks[t].busy_before {
+        true => Counted::Waiting,
+        false => Counted::First,
     };
+    let line = line_letter(grant_effect(true, u32::from(cl.in_line), counted));
     let flags = format!("fw{line}");
     cl.requests += 1;
     let latch = format!("redisson_acquire_latch:{{{LOCK}}}:c{c}n{}", cl.requests);
@@ -302,8 +308,8 @@ fn retry(w: &mut World, c: usize, t: usize, mut req: Req, rounds: u8) -> String 
         let flags = args.last_mut().expect("flags");
         if flags.contains('w') {
             flags.retain(|f| f != 'k' && f != 'l');
-            let others = w.clients[c].in_line.saturating_sub(1);
-            flags.push(if others == 0 { 'l' } else { 'k' });
+            let in_line = u32::from(w.clients[c].in_line);
+            flags.push_str(line_letter(grant_effect(true, in_line, Counted::Waiting)));
         }
     }
     let (reply, flags) = run_req(w, &req);
@@ -330,20 +336,29 @@ fn answered(
 }
 
 fn release(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8) -> String {
+    let now = Duration::from_millis(w.now() - super::world::EPOCH);
+    let limits = w.cfg.handover;
     let cl = &mut w.clients[c];
-    let next = cl.oldest_sleeper();
+    // `Handover::pick`: the run decides, for the oldest sleeper.
+    let offer = cl
+        .oldest_sleeper()
+        .and_then(|n| match cl.run.next(now, &limits, true) {
+            Next::Offer(terms) => Some((n, terms)),
+            Next::End { .. } | Next::Publish => None,
+        });
     let mut flags = String::new();
     let (mut next_field, mut next_lease) = (String::new(), "0".to_string());
-    if let Some(n) = next {
-        let give_way = cl.streak >= w.cfg.give_way_after;
-        cl.streak += 1;
+    if let Some((n, terms)) = offer {
+        cl.run.offered(now, terms);
         if let Phase::Sleeping { offered, .. } = &mut cl.tasks[n].phase {
             *offered = true;
         }
         next_field = field(c, n);
         next_lease = w.cfg.clients[c].lease.to_string();
-        if give_way {
-            flags.push('g');
+        match terms {
+            Terms::GiveWay => flags.push('g'),
+            Terms::EndOfStreak => flags.push('e'),
+            Terms::Outright => {}
         }
     }
     let mut keys = release_keys(c);
@@ -357,7 +372,7 @@ fn release(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8) -> String 
         Req::Release {
             keys,
             args,
-            offered: next,
+            offered: offer,
             sent,
         },
         lost,
@@ -421,5 +436,14 @@ pub fn deliver(w: &mut World, c: usize) -> String {
             }
             format!("C{c}: hears unlock message, wakes its sleepers")
         }
+    }
+}
+
+/// The acquire script's letter for a line effect (`raw/flags.rs`).
+fn line_letter(line: Line) -> &'static str {
+    match line {
+        Line::Keep => "k",
+        Line::Leave => "l",
+        Line::Out => "",
     }
 }

@@ -5,6 +5,7 @@
 use super::client::{id, Phase, Task};
 use super::world::{World, LOCK};
 use crate::checker::store::Reply;
+use redis_rlock::policy::run::{Settled, Terms};
 use redis_rlock::protocol::clients_key;
 use std::rc::Rc;
 
@@ -84,7 +85,7 @@ pub fn release(
     t: usize,
     reply: Reply,
     rounds: u8,
-    offered: Option<usize>,
+    offered: Option<(usize, Terms)>,
     sent: u64,
     retry: bool,
 ) -> String {
@@ -99,10 +100,19 @@ pub fn release(
         (Reply::Array(_), _) => "handed over",
         _ => panic!("unlock.lua answered {reply:?}"),
     };
-    let Some(n) = offered else {
+    let Some((n, terms)) = offered else {
         return format!(": {outcome}");
     };
     let cl = &mut w.clients[c];
+    // `send_release`: how the offer came out, for the run (`Run::settled`).
+    cl.run.settled(
+        terms,
+        match outcome {
+            "handed over" => Settled::HandedOver,
+            "gave way" => Settled::GaveWay,
+            _ => Settled::NotHandedOver,
+        },
+    );
     let still_sleeping = matches!(cl.tasks[n].phase, Phase::Sleeping { .. });
     match outcome {
         "handed over" if still_sleeping => {
@@ -119,7 +129,6 @@ pub fn release(
             give_back(w, c, n)
         ),
         "gave way" => {
-            cl.streak = 0;
             let window = w.cfg.turn_window;
             let task = &mut cl.tasks[n];
             if let Phase::Sleeping {
@@ -141,7 +150,6 @@ pub fn release(
                 *offered = false;
                 *woken = true;
             }
-            cl.streak = cl.streak.saturating_sub(1);
             format!(": {outcome}; offer to t{n} withdrawn")
         }
     }

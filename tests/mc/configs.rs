@@ -2,11 +2,15 @@
 //! and the fault budgets. Each is explored exhaustively by `explore::explore`.
 
 use super::redisson::Kind;
+use std::time::Duration;
+
+use redis_rlock::policy::run::Limits;
+
 use super::world::{ClientCfg, Config, Faults, Scripts};
 
 /// The defaults every config starts from: no actors, no faults, a 6 ms time bound, a
-/// 2 ms turn window, latches kept 4 ms, four hand-overs in a row before giving way, and
-/// a bypass bound of 1 grant across owners.
+/// 2 ms turn window, latches kept 4 ms, the client's own bounds on a run of hand-overs
+/// with a 2 ms window, and a bypass bound of 1 grant across owners.
 pub fn base() -> Config {
     Config {
         clients: Vec::new(),
@@ -16,7 +20,11 @@ pub fn base() -> Config {
         bypass: 1,
         turn_window: 2,
         latch_ttl: 4,
-        give_way_after: 4,
+        handover: Limits {
+            limit: redis_rlock::DEFAULT_HANDOVER_LIMIT,
+            window: Duration::from_millis(2),
+            asks_at_end: true,
+        },
         scripts: Scripts::real(),
     }
 }

@@ -82,8 +82,9 @@ pub struct Config {
     pub bypass: u8,
     pub turn_window: u64,
     pub latch_ttl: u64,
-    /// Hand-overs in a row before the next one gives way (`GIVE_WAY_AFTER`).
-    pub give_way_after: u8,
+    /// The client's bounds on a run of hand-overs (`policy::run::Limits`), its window in
+    /// model ms.
+    pub handover: redis_rlock::policy::run::Limits,
     pub scripts: Scripts,
 }
 
