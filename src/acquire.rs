@@ -22,6 +22,15 @@ use crate::raw;
 use crate::stats::Event;
 use crate::target::{Kind, Target};
 
+/// Whether a waiting call holds back until `until` (its client just ended a run of
+/// hand-overs): not if that would leave it less of its wait than the hold-back takes,
+/// since it would then only time out unasked.
+pub(crate) fn worth_holding_back(until: Instant, deadline: Option<Instant>) -> bool {
+    let now = Instant::now();
+    deadline
+        .is_none_or(|d| d.saturating_duration_since(until) >= until.saturating_duration_since(now))
+}
+
 impl Target {
     pub(crate) async fn acquire_unbounded(&self, lease: Option<Duration>) -> Result<LockGuard> {
         // A wait without a deadline only ends with the lock or an error; the loop states
@@ -77,8 +86,8 @@ impl Target {
             if let Some(until) = handover.held_back(&self.name) {
                 // This client just ended a run of hand-overs on the name: the waiters
                 // the release woke (in other clients too) go first.
-                if !holder() {
-                    tokio::time::sleep_until(deadline.map_or(until, |d| d.min(until))).await;
+                if !holder() && worth_holding_back(until, deadline) {
+                    tokio::time::sleep_until(until).await;
                 }
             } else if let Some(until) = inner
                 .hands_over()

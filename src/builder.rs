@@ -141,10 +141,10 @@ impl ClientBuilder {
     /// which the count does not see) and on a cluster without sharded pub/sub (where a
     /// script sees the subscribers of its own node only), every run ends with its window.
     /// A run still ends whoever waits after `handover_limit` grants or 16 windows, and
-    /// the client's waiters then leave the lock alone for 1/32 of the run, so a waiter
-    /// that is not subscribed (Redisson's `RSpinLock`, a `try_lock` loop) gets its
-    /// chance at least that often: one that tries every 2 ms waited through at most
-    /// 34-65 grants of one client's four tasks (`tests/redisson_peers.rs`).
+    /// the client's waiters then leave the lock alone for 1/32 of the run (at most 5 ms),
+    /// so a waiter that is not subscribed (Redisson's `RSpinLock`, a `try_lock` loop)
+    /// gets its chance at least that often: one that tries every 2 ms waited through at
+    /// most 34-65 grants of one client's four tasks (`tests/redisson_peers.rs`).
     pub fn handover_window(mut self, window: Duration) -> Self {
         self.config.handover_window = window;
         self

@@ -65,6 +65,7 @@ mod line;
 mod lock;
 mod multi;
 mod permits;
+#[doc(hidden)]
 pub mod policy;
 mod pubsub;
 mod query;

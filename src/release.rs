@@ -13,6 +13,13 @@ use crate::raw::{self, Kind, Release, ReleaseCall};
 use crate::services::ClientInner;
 use crate::target::{Hold, ATTEMPTS};
 
+/// The longest pause of this client's acquires after it ended a run of hand-overs
+/// (beyond the run's gap): a slow (retried) unlock says little about the round trip.
+const MAX_PAUSE: Duration = Duration::from_millis(20);
+
+/// What the hold-back set before a release is sent counts for the round trip.
+const SENT_PAUSE: Duration = Duration::from_millis(2);
+
 /// Releases a hold nobody will use, in the background.
 pub(crate) fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
     // In flight from now, not from the task's first poll: an acquire of the same field
@@ -124,7 +131,13 @@ pub(crate) async fn release_hold(
             let ends = (terms == Terms::EndOfStreak).then_some(Duration::ZERO);
             send_release(inner, hold, keep, holds, Some(offer), ends).await
         }
-        Offer::EndStreak { gap } => send_release(inner, hold, keep, holds, None, Some(gap)).await,
+        Offer::EndStreak { gap } => {
+            // Held back from before the send, for about a round trip more than the
+            // gap: the release's message may wake this client's waiters before its
+            // reply comes back. Set again from the reply.
+            inner.handover.hold_back(&hold.name, gap + SENT_PAUSE);
+            send_release(inner, hold, keep, holds, None, Some(gap)).await
+        }
         Offer::Publish => send_release(inner, hold, keep, holds, None, None).await,
     }
 }
@@ -186,12 +199,17 @@ async fn send_release(
         }
     };
     let released = outcome.as_ref().is_ok_and(|r| *r == Release::Released);
-    if let (Some(gap), true) = (ends_streak, released) {
-        // Two round trips: the message's way to the other waiters and their acquire.
-        // Capped: a slow (retried) unlock says little about the round trip. At least
-        // `gap`, for waiters that do not hear the message.
-        let period = (sent.elapsed() * 2).min(Duration::from_millis(20)).max(gap);
-        inner.handover.hold_back(&hold.name, period);
+    match (ends_streak, released) {
+        (Some(gap), true) => {
+            // Two round trips: the message's way to the other waiters and their acquire.
+            // Capped: a slow (retried) unlock says little about the round trip. At
+            // least `gap`, for waiters that do not hear the message.
+            let period = (sent.elapsed() * 2).min(MAX_PAUSE).max(gap);
+            inner.handover.hold_back(&hold.name, period);
+        }
+        // Nothing was published: no reason to hold back.
+        (Some(_), false) if offer.is_none() => inner.handover.hold_back(&hold.name, Duration::ZERO),
+        _ => {}
     }
     if let Some(mut o) = offer.take() {
         match &outcome {

@@ -844,3 +844,73 @@ async fn a_poller_gets_in_within_a_few_runs_of_long_holds() {
     );
     assert_eq!(s.cmd::<i64>(&["EXISTS", "ho-spin"]), 0);
 }
+
+/// A run of two tasks' hand-overs with holds of `hold`: `a` holds, `b` waits and is
+/// handed the lock; `next` then waits too, and `b`'s release, past 16 windows, ends the
+/// run whoever waits. Returns `b`'s guard and the waiter started as `next`.
+async fn run_of_long_holds(
+    lock: &redis_rlock::Lock,
+    hold: Duration,
+) -> (LockGuard, tokio::task::JoinHandle<Instant>) {
+    let a = lock.lock().await.unwrap();
+    let b = tokio::spawn({
+        let l = lock.clone();
+        async move { l.lock().await.unwrap() }
+    });
+    tokio::time::sleep(hold).await;
+    a.unlock().await.unwrap();
+    let b = b.await.unwrap();
+    let next = tokio::spawn({
+        let l = lock.clone();
+        async move {
+            let g = l.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        }
+    });
+    tokio::time::sleep(hold).await;
+    (b, next)
+}
+
+/// A release that ends a run of hand-overs whoever waits leaves the lock free for a
+/// share of the run, capped (`policy::run::RUN_GAP_MAX`, 5 ms), and the client's own
+/// waiter respects it even when the release's message reaches it before the reply.
+/// Found by a new user's trial: 1/32 of two 1.6 s holds left the lock idle 50 ms, and 2
+/// runs in 10 took it back after 1.2-1.6 ms (the hold-back was set after the reply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ends_whoever_waits_leaves_a_short_gap() {
+    let s = RedisServer::start();
+    let c = client(&s, redis_rlock::DEFAULT_HANDOVER_LIMIT).await;
+    let lock = c.lock("ho:gap");
+    for hold in [320, 1600, 320, 320].map(Duration::from_millis) {
+        let (b, next) = run_of_long_holds(&lock, hold).await;
+        let released = Instant::now();
+        b.unlock().await.unwrap();
+        let free = next.await.unwrap().duration_since(released);
+        println!("FIGURE gap after holds of {hold:?}: {free:?}");
+        assert!(
+            free >= Duration::from_millis(4),
+            "took back at once: {free:?}"
+        );
+        assert!(free < Duration::from_millis(40), "idle for {free:?}");
+    }
+}
+
+/// A `try_lock_for` whose wait is shorter than its client's hold-back after a run asks
+/// Redis at once, instead of sleeping through its wait and timing out unasked (which
+/// it did, with `Err(Timeout)`, found by a new user's trial).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_try_lock_for_right_after_a_run_asks_at_once() {
+    let s = RedisServer::start();
+    let c = client(&s, redis_rlock::DEFAULT_HANDOVER_LIMIT).await;
+    let lock = c.lock("ho:short");
+    for _ in 0..3 {
+        let (b, next) = run_of_long_holds(&lock, Duration::from_millis(320)).await;
+        b.unlock().await.unwrap();
+        let got = lock.try_lock_for(Duration::from_millis(5), None).await;
+        assert!(got.is_ok(), "a 5 ms wait right after the run: {got:?}");
+        drop(got);
+        next.await.unwrap();
+    }
+}

@@ -89,8 +89,9 @@ impl Waiting<'_> {
         // its woken waiters included (a holder of the field never defers).
         let inner = target.inner();
         if let Some(until) = inner.handover.held_back(&target.name) {
-            if !inner.table.holds(&target.name, &self.field) {
-                tokio::time::sleep_until(self.deadline.map_or(until, |d| d.min(until))).await;
+            let holds = inner.table.holds(&target.name, &self.field);
+            if !holds && super::worth_holding_back(until, self.deadline) {
+                tokio::time::sleep_until(until).await;
             }
         }
         let tried = target

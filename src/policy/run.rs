@@ -29,6 +29,10 @@ pub const RUN_WINDOWS: u32 = 16;
 /// nobody else wants the lock.
 pub const RUN_GAP_SHARE: u32 = 32;
 
+/// The longest such gap: enough for a waiter that tries every few ms, and no idle lock
+/// for long after runs of long holds (1/32 of two 1.6 s holds would be 50 ms).
+pub const RUN_GAP_MAX: Duration = Duration::from_millis(5);
+
 /// When the unlock script hands the lock to an offered waiter (`docs/protocol.md` 2.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Terms {
@@ -107,7 +111,7 @@ impl Run {
         let whoever_waits = self.streak >= limits.limit || (over && capped);
         if whoever_waits || (over && !(limits.asks_at_end && listening)) {
             let gap = match whoever_waits {
-                true => since(self.began) / RUN_GAP_SHARE,
+                true => (since(self.began) / RUN_GAP_SHARE).min(RUN_GAP_MAX),
                 false => Duration::ZERO,
             };
             *self = Run::default();
@@ -217,6 +221,11 @@ mod tests {
         };
         assert!(now >= 5 * MS * RUN_WINDOWS, "ended at {now:?}");
         assert!(ended >= now / RUN_GAP_SHARE - MS, "a gap of {ended:?}");
+        // Runs of long holds leave no longer gap than `RUN_GAP_MAX`.
+        let mut run = Run::default();
+        run.offered(Duration::ZERO, Terms::Outright);
+        let gap = run.next(Duration::from_secs(2), &l, true);
+        assert_eq!(gap, Next::End { gap: RUN_GAP_MAX });
         // Without the count of listeners, the window's end ends it, with no gap.
         let mut run = Run::default();
         run.offered(Duration::ZERO, Terms::Outright);
