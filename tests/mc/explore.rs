@@ -162,6 +162,14 @@ pub fn explore_dfs<M: Model>(model: &M, limit: usize) -> Report {
             continue;
         }
         assert!(seen.len() <= limit, "more than {limit} states");
+        if seen.len() % 1_000_000 == 0 {
+            eprintln!(
+                "explored {} states, {transitions} transitions, depth {}, {:.0?}",
+                seen.len(),
+                path.len(),
+                started.elapsed()
+            );
+        }
         path.push(i as u16);
         max_depth = max_depth.max(path.len());
         check(&state, &path, &mut found);
