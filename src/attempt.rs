@@ -51,7 +51,10 @@ impl Target {
         let hold = self.hold(field);
         // A fenced re-entry draws a token of its own in Redis, as Redisson's does.
         let reenter = lease.is_none() && !self.fenced;
-        let mut waited = false;
+        // An adopting attempt (its client's unlock offered it the lock and did not say
+        // how that ended) waited for that offer already: it does not wait again for
+        // the offer's mark on its field.
+        let mut waited = adopt;
         let (fresh, in_flight) = loop {
             match inner
                 .table

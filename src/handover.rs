@@ -151,6 +151,17 @@ impl Handover {
         (until > Instant::now()).then_some(until)
     }
 
+    /// Wakes the sleeping waiters of `field` on `name`: the lock was just handed to
+    /// another call of the same field (two futures of one task joined), which they may
+    /// now re-enter instead of sleeping until the last holder's lease ends.
+    pub(crate) fn wake_field(&self, name: &Arc<str>, field: &str) {
+        self.table.with_queue(name, |q| {
+            for t in q.sleeping.values().filter(|t| &*t.field == field) {
+                t.changed.notify_one();
+            }
+        });
+    }
+
     /// Until when new acquires of `name` hold back, if they do now.
     pub(crate) fn held_back(&self, name: &str) -> Option<Instant> {
         let until = self.table.peek_queue(name, |q| q.yield_until).flatten()?;

@@ -220,7 +220,9 @@ async fn send_release(
                     sent,
                     unacked: *unacked,
                 });
-                if !delivered {
+                if delivered {
+                    inner.handover.wake_field(&hold.name, &o.ticket.field);
+                } else {
                     // The waiter left meanwhile: the hold is ours to give back.
                     release_detached(
                         inner.clone(),

@@ -162,7 +162,7 @@ pub fn explore_dfs<M: Model>(model: &M, limit: usize) -> Report {
             continue;
         }
         assert!(seen.len() <= limit, "more than {limit} states");
-        if seen.len() % 1_000_000 == 0 {
+        if seen.len().is_multiple_of(1_000_000) {
             eprintln!(
                 "explored {} states, {transitions} transitions, depth {}, {:.0?}",
                 seen.len(),
