@@ -10,9 +10,10 @@
 //! [`crate::queue`]). An unlock takes the
 //! oldest sleeping ticket and marks it offered; from then on that waiter sends nothing
 //! itself and only waits for the outcome, so the script's grant cannot meet an acquire of
-//! its own. A run of hand-overs on a name ends after `limit` of them or `window` after its
-//! first; the next release is published as usual, so that waiters of other clients
-//! (Redisson's among them) get their turn in the race. While tasks sleep here, a task that
+//! its own. A run of hand-overs on a name is bounded by `policy::run` (its count, its
+//! window, and 16 windows whoever waits); the release that ends it is published as
+//! usual, so that waiters of other clients (Redisson's among them) get their turn in the
+//! race. While tasks sleep here, a task that
 //! starts waiting joins them without asking Redis (see [`Handover::behind`]).
 //!
 //! A ticket is settled exactly once, under its own mutex, by whichever side comes second:
