@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -134,8 +134,12 @@ fn a_redisson_try_lock_poller_gets_in_while_one_clients_tasks_contend() {
     poller_gets_in((1, 4), 150);
 }
 
-/// The poller's longest wait is at most `bound` grants to the crate's tasks.
-fn poller_gets_in(shape: (usize, usize), bound: u64) {
+/// Runs `peer` for most of a 3 s contention of `shape` (1 ms holds) and returns the
+/// crate's grants and the peer's waits.
+fn against_contention(
+    shape: (usize, usize),
+    peer: impl FnOnce(&RedisServer, &AtomicU64, Duration) -> PeerWaits,
+) -> (u64, PeerWaits) {
     let s = RedisServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -145,18 +149,20 @@ fn poller_gets_in(shape: (usize, usize), bound: u64) {
     let run = Duration::from_secs(3);
     let (grants, tasks) = contend(&s, &rt, shape, Duration::from_millis(1), run);
     std::thread::sleep(Duration::from_millis(100));
-    let waits = poll(
-        &s,
-        &grants,
-        Duration::from_millis(2),
-        run - Duration::from_millis(300),
-    );
+    let waits = peer(&s, &grants, run - Duration::from_millis(300));
     for t in tasks {
         rt.block_on(t).unwrap();
     }
     let total = grants.load(Ordering::Relaxed);
-    eprintln!("crate grants {total}, poller {waits:?}");
+    eprintln!("crate grants {total}, peer {waits:?}");
     assert!(total > 200, "the crate's tasks contended: {total} grants");
+    (total, waits)
+}
+
+/// The poller's longest wait is at most `bound` grants to the crate's tasks.
+fn poller_gets_in(shape: (usize, usize), bound: u64) {
+    let every = Duration::from_millis(2);
+    let (total, waits) = against_contention(shape, |s, grants, run| poll(s, grants, every, run));
     assert!(
         waits.got > 0,
         "the poller never got the lock in {total} grants"
@@ -169,12 +175,7 @@ fn poller_gets_in(shape: (usize, usize), bound: u64) {
 
 /// Redisson's `lock()`: the acquire script; when busy, wait for the channel's message or
 /// the returned TTL, and try again. Holds 1 ms.
-fn redisson_waiter(
-    s: &RedisServer,
-    grants: &AtomicU64,
-    run: Duration,
-    stop: &AtomicBool,
-) -> PeerWaits {
+fn redisson_waiter(s: &RedisServer, grants: &AtomicU64, run: Duration) -> PeerWaits {
     let mut conn = s.conn();
     let mut sub = s.conn();
     let mut pubsub = sub.as_pubsub();
@@ -183,7 +184,7 @@ fn redisson_waiter(
     let end = Instant::now() + run;
     let mut waits = PeerWaits::default();
     let mut req = 1000;
-    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+    while Instant::now() < end {
         let (since, grants_then) = (Instant::now(), grants.load(Ordering::Relaxed));
         loop {
             let ttl: Option<i64> = redis::Script::new(ACQUIRE)
@@ -217,23 +218,7 @@ fn redisson_waiter(
 /// turn with the crate's clients, not after a long line of them.
 #[test]
 fn a_redisson_lock_waiter_gets_in_while_clients_contend() {
-    let s = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let run = Duration::from_secs(3);
-    let (grants, tasks) = contend(&s, &rt, (2, 2), Duration::from_millis(1), run);
-    std::thread::sleep(Duration::from_millis(100));
-    let stop = AtomicBool::new(false);
-    let waits = redisson_waiter(&s, &grants, run - Duration::from_millis(300), &stop);
-    for t in tasks {
-        rt.block_on(t).unwrap();
-    }
-    let total = grants.load(Ordering::Relaxed);
-    eprintln!("crate grants {total}, Redisson waiter {waits:?}");
-    assert!(total > 200, "the crate's tasks contended: {total} grants");
+    let (_, waits) = against_contention((2, 2), redisson_waiter);
     assert!(
         waits.got > 10,
         "the Redisson waiter got the lock {} times",

@@ -209,14 +209,5 @@ fn replay<M: Model>(model: &M, parents: &[(u32, u16)], idx: u32) -> Vec<String> 
         at = parent;
     }
     path.reverse();
-    let mut s = model.init();
-    let mut lines = Vec::new();
-    for i in path {
-        let a = &model.actions(&s)[i as usize];
-        let (next, line) = model.step(&s, a);
-        lines.push(line);
-        s = next;
-    }
-    lines.push(format!("final state: {}", model.describe(&s)));
-    lines
+    replay_path(model, &path)
 }
