@@ -140,6 +140,18 @@ end
 local next_client = false
 if turns then
     next_client = redis.call('lindex', KEYS[5], 0)
+    if next_client == me then
+        -- This client's own run of hand-overs ended with its waiters still in line: the
+        -- turn goes to the next client, and this one goes to the back. A turn of its
+        -- own would only hold the others off while its waiters hold back.
+        local second = redis.call('lindex', KEYS[5], 1)
+        if second then
+            -- The list keeps at least one entry, so it keeps its TTL.
+            redis.call('lpop', KEYS[5])
+            try_write('rpush', KEYS[5], me)
+        end
+        next_client = second
+    end
 end
 -- The turn is named before the unlock message, on a channel of this crate's own (a
 -- Redisson client never hears it): a subscriber gets both in this order. It is only a

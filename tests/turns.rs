@@ -702,3 +702,57 @@ async fn a_turn_of_one_name_holds_nobody_off_a_name_of_the_same_slot() {
         .expect("the waiter of {t3} got it")
         .unwrap();
 }
+
+/// A client whose run of hand-overs ends with its own waiters still in line, first in
+/// it, gives the turn to the next client and goes to the back of the line. It gave the
+/// turn to itself before (found by an adversarial review), and the other client's
+/// waiter was answered "not your turn" while this client's waiters held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ends_gives_the_turn_to_the_next_client() {
+    let s = RedisServer::start();
+    let name = "tn:rotate";
+    let a = Client::builder(s.url())
+        .handover_limit(1)
+        .build()
+        .await
+        .unwrap();
+    let b = client(&s, redis_rlock::DEFAULT_TURN_WINDOW).await;
+    let lined_up = |c: &Client| {
+        let (id, s) = (c.id().to_string(), &s);
+        async move {
+            let until = Instant::now() + Duration::from_secs(5);
+            while !line(s, name).contains(&id) {
+                assert!(Instant::now() < until, "{id} never lined up");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let held = a.lock(name).lock().await.unwrap();
+    // `a`'s other tasks wait; the one handed the lock releases it at once, which ends
+    // the run (a limit of 1).
+    let a2 = take_and_release(a.lock(name));
+    lined_up(&a).await;
+    let a3 = take_and_release(a.lock(name));
+    let b1 = take_and_release(b.lock(name));
+    lined_up(&b).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let wait = |t: tokio::task::JoinHandle<Instant>| async move {
+        tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .expect("served")
+            .unwrap()
+    };
+    let (a2, a3, b1) = (wait(a2).await, wait(a3).await, wait(b1).await);
+    // One of `a`'s waiters is handed the lock, and its release ends the run.
+    let (first, second) = (a2.min(a3), a2.max(a3));
+    let at = |t: Instant| t.saturating_duration_since(released);
+    println!("a {:?} then {:?}, b {:?}", at(first), at(second), at(b1));
+    assert!(first < b1, "the hand-over went first");
+    assert!(
+        b1 < second,
+        "the other client's waiter came after this client's ({:?} later)",
+        b1 - second
+    );
+}
