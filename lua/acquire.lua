@@ -12,8 +12,11 @@
 --          client is known in them by its id, the first 36 characters of ARGV[2]
 -- ARGV[5]  flags, one letter each, present when true (one argument, not five: each
 --          argument costs the server about as much as a command):
---          'f' the client knows of no hold of this field (a grant then needs no latch:
---              a retry recognises it by the field alone)
+--          'f' the client knows of no hold of this field: a hold of it found here is one
+--              nobody took (a hand-over whose waiter left, an unlock answered too late,
+--              this request's own first send), which the request adopts as its first
+--              (count 1, its lease); a grant needs no latch: a retry recognises it by
+--              the field alone
 --          'r' this request was sent before and its reply was lost
 --          'F' a fenced lock (Redisson's RFencedLock: every grant INCRs the counter); a
 --              plain one (Redisson's RLock) never touches the counter
@@ -53,16 +56,6 @@ if flag('r') then
         lease_from_now()
         return {1, tonumber(granted), 1}
     end
-    -- The client held nothing, and now it does: the first send ran and granted, or a
-    -- hand-over whose reply was lost did. The lease is counted from now, as above.
-    if knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        lease_from_now()
-        local token = 0
-        if fenced then
-            token = tonumber(redis.call('get', KEYS[2]))
-        end
-        return {1, token, 0}
-    end
 end
 local turns = tonumber(ARGV[4] or '0') > 0
 local waits = flag('w')
@@ -93,7 +86,10 @@ if fresh and turns then
         return {0, redis.call('pttl', KEYS[5]), 1}
     end
 end
-if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+-- A hold of this field that the client does not know of is adopted as a first hold.
+local adopt = not fresh and knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1
+local first = fresh or adopt
+if first or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local token = 0
     if fenced then
         -- First, because it is the only call here that can fail on a well-formed lock
@@ -104,10 +100,14 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
             return redis.error_reply('BADTOKEN ' .. KEYS[2])
         end
     end
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    if adopt then
+        redis.call('hset', KEYS[1], ARGV[2], 1)
+    else
+        redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    end
     -- A re-entry never shortens a lease the holder already has: an inner
     -- short-lease hold must not cut off an outer watchdog hold.
-    if fresh or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    if first or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
     if turn then
@@ -119,14 +119,14 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         elseif line == 'leave' then
             redis.call('lrem', KEYS[4], 1, me)
         end
-    elseif fresh and turns and line == 'leave' then
+    elseif first and turns and line == 'leave' then
         redis.call('lrem', KEYS[4], 1, me)
-    elseif fresh and turns and line == 'keep' then
+    elseif first and turns and line == 'keep' then
         wait_in_line()
     end
     -- A first grant to a client that held nothing is recognised on retry by its field;
     -- anything else (a re-entry) could not be told from an earlier hold, so it is latched.
-    if fresh and knows_none then
+    if first and knows_none then
         return {1, token, 0}
     end
     redis.call('set', KEYS[3], token, 'px', ARGV[3])
