@@ -87,9 +87,10 @@ if fresh and turns then
     end
 end
 -- A hold of this field that the client does not know of is adopted as a first hold.
-local adopt = not fresh and knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1
+local mine = not fresh and redis.call('hexists', KEYS[1], ARGV[2]) == 1
+local adopt = mine and knows_none
 local first = fresh or adopt
-if first or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+if fresh or mine then
     local token = 0
     if fenced then
         -- First, because it is the only call here that can fail on a well-formed lock
