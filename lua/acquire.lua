@@ -12,11 +12,9 @@
 --          client is known in them by its id, the first 36 characters of ARGV[2]
 -- ARGV[5]  flags, one letter each, present when true (one argument, not five: each
 --          argument costs the server about as much as a command):
---          'f' the client knows of no hold of this field: a hold of it found here is one
---              nobody took (a hand-over whose waiter left, an unlock answered too late,
---              this request's own first send), which the request adopts as its first
---              (count 1, its lease); a grant needs no latch: a retry recognises it by
---              the field alone
+--          'f' the client knows of no hold of this field, and sends no other request of
+--              it now: a hold of the field found here is one nobody took, adopted as is
+--              (a grant then needs no latch: a retry recognises it by the field alone)
 --          'r' this request was sent before and its reply was lost
 --          'F' a fenced lock (Redisson's RFencedLock: every grant INCRs the counter); a
 --              plain one (Redisson's RLock) never touches the counter
@@ -57,6 +55,22 @@ if flag('r') then
         return {1, tonumber(granted), 1}
     end
 end
+-- The client knows of no hold of this field, and no other request of it is in flight,
+-- yet the hash has one: a hold nobody took. It is this request's own first send (its
+-- reply lost), a hand-over whose waiter stopped waiting for it, or an unlock answered too
+-- late. Nobody else can have been granted while it lasts, so the call adopts it as its
+-- first hold, as it is: counting it again would leave it held by nobody after the call's
+-- unlock. Not cutting its count or its TTL keeps a late delivery of this request harmless
+-- to a newer hold of the field. The lease is counted from now, as above.
+local fresh = redis.call('exists', KEYS[1]) == 0
+if knows_none and not fresh and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    lease_from_now()
+    local token = 0
+    if fenced then
+        token = tonumber(redis.call('get', KEYS[2]))
+    end
+    return {1, token, 0}
+end
 local turns = tonumber(ARGV[4] or '0') > 0
 local waits = flag('w')
 local me = string.sub(ARGV[2], 1, 36)
@@ -73,7 +87,6 @@ local function wait_in_line()
     end
     keep_for(KEYS[4], 2 * tonumber(ARGV[1]))
 end
-local fresh = redis.call('exists', KEYS[1]) == 0
 local turn = false
 if fresh and turns then
     -- A release gave the next turn to the client first in line: the others wait for it
@@ -86,11 +99,7 @@ if fresh and turns then
         return {0, redis.call('pttl', KEYS[5]), 1}
     end
 end
--- A hold of this field that the client does not know of is adopted as a first hold.
-local mine = not fresh and redis.call('hexists', KEYS[1], ARGV[2]) == 1
-local adopt = mine and knows_none
-local first = fresh or adopt
-if fresh or mine then
+if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     local token = 0
     if fenced then
         -- First, because it is the only call here that can fail on a well-formed lock
@@ -101,14 +110,10 @@ if fresh or mine then
             return redis.error_reply('BADTOKEN ' .. KEYS[2])
         end
     end
-    if adopt then
-        redis.call('hset', KEYS[1], ARGV[2], 1)
-    else
-        redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    end
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
     -- A re-entry never shortens a lease the holder already has: an inner
     -- short-lease hold must not cut off an outer watchdog hold.
-    if first or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    if fresh or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
     if turn then
@@ -120,14 +125,14 @@ if fresh or mine then
         elseif line == 'leave' then
             redis.call('lrem', KEYS[4], 1, me)
         end
-    elseif first and turns and line == 'leave' then
+    elseif fresh and turns and line == 'leave' then
         redis.call('lrem', KEYS[4], 1, me)
-    elseif first and turns and line == 'keep' then
+    elseif fresh and turns and line == 'keep' then
         wait_in_line()
     end
     -- A first grant to a client that held nothing is recognised on retry by its field;
     -- anything else (a re-entry) could not be told from an earlier hold, so it is latched.
-    if first and knows_none then
+    if fresh and knows_none then
         return {1, token, 0}
     end
     redis.call('set', KEYS[3], token, 'px', ARGV[3])

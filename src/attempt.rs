@@ -13,7 +13,7 @@ use crate::identity::OwnerId;
 use crate::inflight::Completing;
 use crate::line::Counted;
 use crate::raw::{self, Attempt};
-use crate::release::release_hold;
+use crate::release::{self, release_hold};
 use crate::services::ClientInner;
 use crate::stats::Event;
 use crate::table::{Begin, InFlightGuard};
@@ -58,7 +58,7 @@ impl Target {
         let (fresh, in_flight) = loop {
             match inner
                 .table
-                .begin_acquire(&self.name, field, reenter, waited)
+                .begin_acquire(&self.name, field, reenter, waited, adopt)
             {
                 Begin::Wait => {
                     // Boxed: rarely taken, and every waiting task carries this future.
@@ -75,7 +75,16 @@ impl Target {
                         GuardKind::Watchdog(entry),
                     )));
                 }
-                Begin::Send { fresh, in_flight } => break (fresh, in_flight),
+                Begin::Send {
+                    fresh,
+                    in_flight,
+                    unanswered,
+                } => {
+                    if let Some(u) = unanswered {
+                        release::settle_unanswered(&inner, &hold, u).await?;
+                    }
+                    break (fresh, in_flight);
+                }
             }
         };
         let effective = lease.unwrap_or(inner.config.watchdog_timeout);

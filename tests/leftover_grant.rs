@@ -4,13 +4,11 @@
 //! The same task's next call found its own field and counted 2; its unlock answered
 //! "holds remain", the client said `Ok`, and the lock stayed held by nobody until the
 //! leftover's lease ran out. A call that knows of no hold now adopts such a hold as its
-//! first (count 1, its own lease).
+//! first, as it is (count 1; its TTL at least the call's lease).
 //!
 //! Run: `cargo test --test leftover_grant -- --nocapture`
 
 mod common;
-
-use std::time::Duration;
 
 use common::RedisServer;
 use redis::AsyncCommands;
@@ -63,25 +61,29 @@ async fn a_lock_over_a_grant_nobody_took_is_released_by_its_unlock() {
     );
 }
 
-/// A fixed lease over a leftover grant with a longer TTL: the lock ends with the new
-/// lease, not the leftover's.
+/// A fenced lock over a leftover grant: the adopting call gets the counter's token (the
+/// one the leftover was granted with: nobody can have drawn one since), and its unlock
+/// frees the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fixed_lease_over_a_grant_nobody_took_sets_its_own_lease() {
+async fn a_fenced_lock_over_a_grant_nobody_took_is_released_by_its_unlock() {
     let (_s, client, mut con) = setup().await;
-    let name = "leftover:lease";
+    let name = "leftover:fenced";
     OwnerId::scope(async {
-        leave_grant(&mut con, &client, name, 30_000).await;
-        let guard = client
-            .lock(name)
-            .try_lock_with_lease(Duration::from_millis(300))
+        let _: () = con
+            .set(redis_rlock::protocol::token_key(name), 41)
             .await
-            .unwrap()
-            .expect("the leftover is this owner's: granted at once");
-        let pttl: i64 = con.pttl(name).await.unwrap();
-        assert!(pttl <= 300, "the lock kept the leftover's TTL: {pttl} ms");
-        drop(guard);
+            .unwrap();
+        leave_grant(&mut con, &client, name, 30_000).await;
+        let guard = client.fenced_lock(name).lock().await.unwrap();
+        assert_eq!(guard.fencing_token(), Some(41));
+        guard.unlock().await.unwrap();
     })
     .await;
+    let exists: bool = con.exists(name).await.unwrap();
+    assert!(
+        !exists,
+        "the unlock left the lock held by a grant nobody took"
+    );
 }
 
 /// Another owner of the same client still finds the lock busy: only the field's own
