@@ -1,0 +1,362 @@
+//! The checker over the lock family (issue 25, goal 2): every interleaving, within small
+//! bounds, of this crate's and Redisson's actors on a semaphore, a permit-expirable
+//! semaphore, a count-down latch and a read-write lock, over the crate's real scripts
+//! and Redisson's own typed in (`tests/mc/family/`). Each property is also shown broken
+//! by a seeded bug, an edit of one script's text. Run with `--nocapture` for each
+//! config's state count and time, and the counterexamples' traces.
+//!
+//! The fair lock is not covered here yet (it was being changed at the same time).
+
+#[allow(dead_code)]
+#[path = "mc/cache.rs"]
+mod cache;
+mod checker;
+#[allow(dead_code)]
+#[path = "mc/explore.rs"]
+mod explore;
+#[path = "mc/family/mod.rs"]
+mod family;
+
+use explore::{explore, Report};
+use family::latch::{self, Latch, WAKE};
+use family::permits::{self, Permits};
+use family::rw::{self, Role, Rw, EXCLUDES, READER_BYPASS, SHARE, WRITER_BYPASS};
+use family::semaphore::{self, Kind, Sem, EXCEED, ONCE};
+use family::{Checked, World};
+
+use Kind::{Crate, Redisson};
+
+const LIMIT: usize = 20_000_000;
+
+fn check<W: World + std::fmt::Debug>(name: &str, world: W) -> Report {
+    cache::clear();
+    let report = explore(&Checked(world), LIMIT);
+    let (hits, runs) = cache::clear();
+    println!(
+        "{} (scripts: {runs} run, {hits} from the cache)",
+        report.summary(name)
+    );
+    for c in &report.found {
+        println!(
+            "  counterexample for '{}' ({} steps):",
+            c.property,
+            c.trace.len() - 1
+        );
+        for line in &c.trace {
+            println!("    {line}");
+        }
+    }
+    report
+}
+
+fn broken(r: &Report) -> Vec<&'static str> {
+    let mut b: Vec<&'static str> = r.found.iter().map(|c| c.property).collect();
+    b.sort();
+    b
+}
+
+// --- the semaphore ---------------------------------------------------------------
+
+fn sem(texts: family::Texts, lost_replies: u8) -> Sem {
+    Sem::new(semaphore::Config {
+        permits: 2,
+        takers: vec![(Crate, 1, 2), (Crate, 2, 1), (Redisson, 1, 2)],
+        lost_replies,
+        texts,
+    })
+}
+
+#[test]
+fn semaphore_keeps_its_count_with_lost_replies() {
+    let r = check(
+        "semaphore, 2 permits, 2 lost replies",
+        sem(semaphore::texts(), 2),
+    );
+    assert!(r.found.is_empty(), "{:?}", broken(&r));
+}
+
+#[test]
+fn semaphore_seeded_acquire_without_decrby_exceeds_the_count() {
+    let texts = semaphore::texts().edit(
+        "semaphore_acquire.lua",
+        "redis.call('decrby', KEYS[1], ARGV[1])",
+        "",
+    );
+    let r = check("semaphore, seeded: acquire takes nothing", sem(texts, 0));
+    assert!(r.found(EXCEED).is_some(), "{:?}", broken(&r));
+}
+
+#[test]
+fn semaphore_seeded_retry_without_its_latch_takes_twice() {
+    let texts = semaphore::texts().edit(
+        "semaphore_acquire.lua",
+        "if ARGV[2] == '1' and redis.call('get', KEYS[2]) then",
+        "if false then",
+    );
+    let r = check("semaphore, seeded: retry ignores its latch", sem(texts, 1));
+    assert_eq!(broken(&r), [ONCE]);
+}
+
+// --- the permit-expirable semaphore ---------------------------------------------
+
+fn permits(texts: family::Texts, lost_replies: u8) -> Permits {
+    Permits::new(permits::Config {
+        permits: 1,
+        takers: vec![(Crate, 2), (Crate, 1), (Redisson, 1)],
+        lease: 2,
+        time_bound: 4,
+        lost_replies,
+        texts,
+    })
+}
+
+#[test]
+fn permits_keep_their_count_with_leases_ending_and_a_lost_reply() {
+    let r = check(
+        "permit-expirable semaphore, 1 permit, lease 2 ms, 4 ms, 1 lost reply",
+        permits(permits::texts(), 1),
+    );
+    assert!(r.found.is_empty(), "{:?}", broken(&r));
+}
+
+#[test]
+fn permits_seeded_reclaim_of_live_leases_exceeds_the_count() {
+    let texts = permits::texts().edit(
+        "permit_acquire.lua",
+        "redis.call('zrangebyscore', KEYS[2], 0, now)",
+        "redis.call('zrangebyscore', KEYS[2], 0, now + 1)",
+    );
+    let r = check(
+        "permits, seeded: acquire reclaims leases 1 ms early",
+        permits(texts, 0),
+    );
+    assert!(r.found(EXCEED).is_some(), "{:?}", broken(&r));
+}
+
+#[test]
+fn permits_seeded_give_back_without_the_count_takes_twice() {
+    let texts = permits::texts().edit(
+        "permit_release.lua",
+        "redis.call('incrby', KEYS[1], back)",
+        "redis.call('incrby', KEYS[1], back - 1)",
+    );
+    let r = check(
+        "permits, seeded: a give-back returns one permit too few",
+        permits(texts, 1),
+    );
+    assert!(r.found(ONCE).is_some(), "{:?}", broken(&r));
+}
+
+// --- the latch --------------------------------------------------------------------
+
+fn latch(texts: family::Texts, waiters: Vec<Kind>, lost_messages: u8) -> Latch {
+    Latch::new(latch::Config {
+        counters: vec![Crate, Redisson, Crate],
+        waiters,
+        lost_messages,
+        texts,
+    })
+}
+
+#[test]
+fn latch_wakes_every_waiter() {
+    let r = check(
+        "latch of 3, crate and Redisson waiters",
+        latch(latch::texts(), vec![Crate, Redisson, Crate], 0),
+    );
+    assert!(r.found.is_empty(), "{:?}", broken(&r));
+}
+
+#[test]
+fn latch_wakes_the_crates_waiters_after_a_lost_message() {
+    let r = check(
+        "latch of 3, crate waiters, 1 lost message",
+        latch(latch::texts(), vec![Crate, Crate], 1),
+    );
+    assert!(r.found.is_empty(), "{:?}", broken(&r));
+}
+
+#[test]
+fn latch_seeded_count_down_without_publish_leaves_a_waiter() {
+    let texts = latch::texts().edit(
+        "latch_count_down.lua",
+        "redis.call(ARGV[2], KEYS[2], ARGV[1])",
+        "",
+    );
+    let r = check(
+        "latch, seeded: the last count-down publishes nothing",
+        latch(texts, vec![Crate, Redisson], 0),
+    );
+    assert_eq!(broken(&r), [WAKE]);
+}
+
+// --- the read-write lock ----------------------------------------------------------
+
+const ANY: (u8, u8) = (u8::MAX, u8::MAX);
+
+fn rw(texts: family::Texts, actors: Vec<(Kind, Role, u8)>, bypass: (u8, u8)) -> Rw {
+    Rw::new(rw::Config {
+        actors,
+        time_bound: 6,
+        bypass,
+        texts,
+    })
+}
+
+/// A crate writer and reader of two rounds each.
+fn crate_pair() -> Vec<(Kind, Role, u8)> {
+    vec![(Crate, Role::Write, 2), (Crate, Role::Read, 2)]
+}
+
+/// A crate writer of two rounds, readers of two and one.
+fn crate_three() -> Vec<(Kind, Role, u8)> {
+    vec![
+        (Crate, Role::Write, 2),
+        (Crate, Role::Read, 2),
+        (Crate, Role::Read, 1),
+    ]
+}
+
+#[test]
+fn rw_crate_writer_and_reader_share_exclude_and_pass_nobody() {
+    let r = check(
+        "rw, crate writer x2, reader x2, 6 ms",
+        rw(rw::texts(), crate_pair(), (0, 0)),
+    );
+    assert!(r.found.is_empty(), "{:?}", broken(&r));
+}
+
+#[test]
+fn rw_crate_readers_never_pass_a_waiting_writer_outside_their_turn() {
+    // A reader is passed at most once here only because the other reader has one
+    // round: see the ignored test below.
+    let r = check(
+        "rw, crate writer x2, readers x2 and x1, 6 ms",
+        rw(rw::texts(), crate_three(), (0, 1)),
+    );
+    assert!(r.found.is_empty(), "{:?}", broken(&r));
+}
+
+/// Fails on today's scripts (found by this checker; reported on issue 25, not fixed
+/// here): the readers' turn ends with its last reader even while a waiting reader, woken
+/// by the writer's unlock, has not come in yet; a writer then passes that reader again.
+/// With more rounds the same loop repeats, so no bound holds for a reader once another
+/// reader can end the turn:
+///
+/// ```text
+/// [0 ms] Crate writer 0 is granted
+/// [0 ms] Crate reader 1 is refused            (sets the reader's mark)
+/// [0 ms] Crate writer 0 unlocks               (finds the mark: the readers' turn)
+/// [0 ms] Crate reader 2 is granted (readers' turn)
+/// [0 ms] Crate reader 2 unlocks               (the last reader: the turn ends)
+/// [0 ms] Crate writer 0 is granted            (reader 1, woken, has not asked yet)
+/// ```
+#[test]
+#[ignore = "fails: a turn ended by another reader lets a writer pass a woken reader"]
+fn rw_crate_reader_is_passed_when_another_reader_ends_the_turn() {
+    let r = check(
+        "rw, crate writer x2, readers x2 and x1, 6 ms, N = 0",
+        rw(rw::texts(), crate_three(), (0, 0)),
+    );
+    assert!(r.found.is_empty(), "{:?}", broken(&r));
+}
+
+/// A crate writer and reader, a Redisson reader and writer, one round each.
+fn mixed() -> Vec<(Kind, Role, u8)> {
+    vec![
+        (Crate, Role::Write, 1),
+        (Crate, Role::Read, 1),
+        (Redisson, Role::Read, 1),
+        (Redisson, Role::Write, 1),
+    ]
+}
+
+#[test]
+fn rw_with_redisson_actors_share_and_exclude() {
+    let r = check(
+        "rw, crate and Redisson reader and writer each, 6 ms",
+        rw(rw::texts(), mixed(), ANY),
+    );
+    assert!(r.found.is_empty(), "{:?}", broken(&r));
+}
+
+/// Fails, as `docs/protocol.md` 7.4 (7) says: Redisson's readers and writers look at
+/// neither mark nor turn, so against them the lock is as unfair as Redisson's, and the
+/// issue's "neither starves" does not hold for waiters that meet them. The shortest
+/// passes, one each way:
+///
+/// ```text
+/// [0 ms] Crate reader 1 is granted
+/// [0 ms] Crate writer 0 is refused            (sets the writer's mark)
+/// [0 ms] Redisson reader 2 is granted         (passes the waiting writer)
+///
+/// [0 ms] Crate writer 0 is granted
+/// [0 ms] Crate reader 1 is refused            (sets the reader's mark)
+/// [0 ms] Crate writer 0 unlocks               (the readers' turn)
+/// [0 ms] Redisson writer 3 is granted (readers' turn)   (passes the waiting reader)
+/// ```
+#[test]
+#[ignore = "fails: Redisson's readers and writers ignore the marks and turns"]
+fn rw_redisson_actors_never_pass_crate_waiters() {
+    let r = check(
+        "rw, crate and Redisson reader and writer each, 6 ms, N = 0",
+        rw(rw::texts(), mixed(), (0, 0)),
+    );
+    assert!(r.found.is_empty(), "{:?}", broken(&r));
+}
+
+#[test]
+fn rw_seeded_reader_entering_a_write_hold_breaks_exclusion() {
+    let texts = rw::texts().edit(
+        "read_acquire.lua",
+        "(mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 1)",
+        "mode == 'write'",
+    );
+    let r = check(
+        "rw, seeded: readers enter a write hold",
+        rw(texts, crate_pair(), ANY),
+    );
+    assert!(r.found(EXCLUDES).is_some(), "{:?}", broken(&r));
+}
+
+#[test]
+fn rw_seeded_reader_refused_by_readers_breaks_sharing() {
+    let texts = rw::texts().edit(
+        "read_acquire.lua",
+        "if mode == false or mode == 'read'",
+        "if mode == false",
+    );
+    let r = check(
+        "rw, seeded: a reader refused by readers",
+        rw(texts, crate_three(), ANY),
+    );
+    assert!(r.found(SHARE).is_some(), "{:?}", broken(&r));
+}
+
+#[test]
+fn rw_seeded_readers_ignoring_the_writers_mark_pass_it() {
+    let texts = rw::texts().edit(
+        "read_acquire.lua",
+        "local mark = redis.call('pttl', KEYS[4])",
+        "local mark = -2",
+    );
+    let r = check(
+        "rw, seeded: readers ignore the writer's mark",
+        rw(texts, crate_three(), (0, u8::MAX)),
+    );
+    assert_eq!(broken(&r), [WRITER_BYPASS]);
+}
+
+#[test]
+fn rw_seeded_writer_ignoring_the_readers_turn_passes_a_reader() {
+    let texts = rw::texts().edit(
+        "write_acquire.lua",
+        "local turn = redis.call('pttl', KEYS[4])",
+        "local turn = -2",
+    );
+    let r = check(
+        "rw, seeded: writers ignore the readers' turn",
+        rw(texts, crate_pair(), (0, 0)),
+    );
+    assert_eq!(broken(&r), [READER_BYPASS]);
+}
