@@ -204,11 +204,5 @@ impl World for Latch {
         Vec::new()
     }
 
-    fn store(&self) -> &Store {
-        &self.store
-    }
-
-    fn store_mut(&mut self) -> &mut Store {
-        &mut self.store
-    }
+    super::store_in_field!();
 }

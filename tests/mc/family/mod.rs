@@ -123,6 +123,19 @@ pub fn int(r: &Reply) -> i64 {
     }
 }
 
+/// `World::store` and `World::store_mut` for a world that keeps its store in `store`.
+macro_rules! store_in_field {
+    () => {
+        fn store(&self) -> &Store {
+            &self.store
+        }
+        fn store_mut(&mut self) -> &mut Store {
+            &mut self.store
+        }
+    };
+}
+pub(crate) use store_in_field;
+
 /// One of the family's worlds: its actions, their effects and its properties.
 pub trait World: Clone + Hash {
     type Action: Copy + std::fmt::Debug;

@@ -24,15 +24,11 @@ return value
 /// channel. ARGV: n, expiry (the client's clock + lease), the client's now, ids. Ended
 /// leases (at most n of them) are given back first. 1 when taken.
 pub const PERMIT_ACQUIRE: &str = r"
-local ended = redis.call('zrangebyscore', KEYS[2], 0, ARGV[3], 'limit', 0, ARGV[1])
-if #ended > 0 then
-  for _, id in ipairs(ended) do
-    redis.call('zrem', KEYS[2], id)
-  end
-  local value = redis.call('incrby', KEYS[1], #ended)
-  if value > 0 then
-    redis.call('publish', KEYS[3], value)
-  end
+local expired = redis.call('zrangebyscore', KEYS[2], 0, ARGV[3], 'limit', 0, ARGV[1])
+if #expired > 0 then
+  redis.call('zrem', KEYS[2], unpack(expired))
+  local count = redis.call('incrby', KEYS[1], #expired)
+  if tonumber(count) > 0 then redis.call('publish', KEYS[3], count) end
 end
 local value = redis.call('get', KEYS[1])
 if value ~= false and tonumber(value) >= tonumber(ARGV[1]) then

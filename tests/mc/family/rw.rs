@@ -414,11 +414,5 @@ impl World for Rw {
         out
     }
 
-    fn store(&self) -> &Store {
-        &self.store
-    }
-
-    fn store_mut(&mut self) -> &mut Store {
-        &mut self.store
-    }
+    super::store_in_field!();
 }

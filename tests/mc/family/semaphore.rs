@@ -219,11 +219,5 @@ impl World for Sem {
         out
     }
 
-    fn store(&self) -> &Store {
-        &self.store
-    }
-
-    fn store_mut(&mut self) -> &mut Store {
-        &mut self.store
-    }
+    super::store_in_field!();
 }
