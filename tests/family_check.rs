@@ -50,7 +50,12 @@ fn breaks<W: World + std::fmt::Debug>(name: &str, world: W, properties: &[&str])
 fn sem(texts: family::Texts, lost_replies: u8) -> Sem {
     Sem::new(semaphore::Config {
         permits: 2,
-        takers: vec![(Crate, 1, 2), (Crate, 2, 1), (Redisson, 1, 2)],
+        takers: vec![
+            (Crate, 1, 2),
+            (Crate, 2, 1),
+            (Crate, 1, 2),
+            (Redisson, 1, 2),
+        ],
         lost_replies,
         texts,
     })
@@ -59,7 +64,7 @@ fn sem(texts: family::Texts, lost_replies: u8) -> Sem {
 #[test]
 fn semaphore_keeps_its_count_with_lost_replies() {
     holds(
-        "semaphore, 2 permits, 2 lost replies",
+        "semaphore: 2, crate takers 1x2 2x1 1x2, Redisson 1x2, 2 lost replies",
         sem(semaphore::texts(), 2),
     );
 }
@@ -96,10 +101,10 @@ fn semaphore_seeded_retry_without_its_latch_takes_twice() {
 
 fn permits(texts: family::Texts, lost_replies: u8) -> Permits {
     Permits::new(permits::Config {
-        permits: 1,
-        takers: vec![(Crate, 2), (Crate, 1), (Redisson, 1)],
+        permits: 2,
+        takers: vec![(Crate, 2), (Crate, 2), (Redisson, 2)],
         lease: 2,
-        time_bound: 4,
+        time_bound: 5,
         lost_replies,
         texts,
     })
@@ -108,7 +113,7 @@ fn permits(texts: family::Texts, lost_replies: u8) -> Permits {
 #[test]
 fn permits_keep_their_count_with_leases_ending_and_a_lost_reply() {
     holds(
-        "permit-expirable semaphore, 1 permit, lease 2 ms, 4 ms, 1 lost reply",
+        "permits: 2, crate takers x2 x2, Redisson x2, lease 2 ms, 5 ms, 1 lost reply",
         permits(permits::texts(), 1),
     );
 }
@@ -155,16 +160,16 @@ fn latch(texts: family::Texts, waiters: Vec<Kind>, lost_messages: u8) -> Latch {
 #[test]
 fn latch_wakes_every_waiter() {
     holds(
-        "latch of 3, crate and Redisson waiters",
-        latch(latch::texts(), vec![Crate, Redisson, Crate], 0),
+        "latch of 3, 2 crate and 2 Redisson waiters",
+        latch(latch::texts(), vec![Crate, Redisson, Crate, Redisson], 0),
     );
 }
 
 #[test]
 fn latch_wakes_the_crates_waiters_after_a_lost_message() {
     holds(
-        "latch of 3, crate waiters, 1 lost message",
-        latch(latch::texts(), vec![Crate, Crate], 1),
+        "latch of 3, 3 crate waiters, 2 lost messages",
+        latch(latch::texts(), vec![Crate, Crate, Crate], 2),
     );
 }
 
@@ -207,6 +212,37 @@ fn crate_three() -> Vec<(Kind, Role, u8)> {
         (Crate, Role::Read, 2),
         (Crate, Role::Read, 1),
     ]
+}
+
+/// Fails on today's scripts (found by this checker; reported on issue 25, not fixed
+/// here): the writers' mark is one key for all writers, and a writer's grant deletes it
+/// while another writer still waits; until that writer asks again (at once when the
+/// unlock's message wakes it, else within half the mark), new readers pass it. Another
+/// writer of more rounds repeats the window. The reader's side fails as in
+/// `rw_crate_reader_is_passed_when_another_reader_ends_the_turn`.
+///
+/// ```text
+/// [0 ms] Crate writer 0 is granted
+/// [0 ms] Crate writer 1 is refused            (sets the writers' mark)
+/// [0 ms] Crate writer 0 unlocks
+/// [0 ms] Crate writer 0 is granted            (deletes the mark)
+/// [0 ms] Crate writer 0 unlocks
+/// [0 ms] Crate reader 2 is granted            (passes writer 1, woken, not yet asked)
+/// ```
+#[test]
+#[ignore = "fails: a writer's grant clears the mark another waiting writer set"]
+fn rw_crate_writer_is_passed_when_another_writer_clears_the_mark() {
+    let actors = vec![
+        (Crate, Role::Write, 2),
+        (Crate, Role::Write, 1),
+        (Crate, Role::Read, 2),
+        (Crate, Role::Read, 1),
+    ];
+    let world = rw(rw::texts(), actors, (0, 1));
+    holds(
+        "rw, crate writers x2 and x1, readers x2 and x1, 6 ms",
+        world,
+    );
 }
 
 #[test]
