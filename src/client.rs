@@ -12,8 +12,8 @@ pub use crate::builder::ClientBuilder;
 use crate::config::{check_client_name, check_duration, Config, TlsSettings};
 pub use crate::config::{
     Deployment, ReplicaSync, ShardedPubSub, SyncFailure, DEFAULT_CLIENT_NAME,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW, DEFAULT_TURN_WINDOW,
-    DEFAULT_WATCHDOG_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_LOCK_WAIT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_RETRY_WINDOW, DEFAULT_TURN_WINDOW, DEFAULT_WATCHDOG_TIMEOUT,
 };
 use crate::connection::{connect_error, open_client, Conn};
 use crate::error::{Error, Result};
@@ -72,6 +72,13 @@ impl ClientBuilder {
         check_duration("retry window", config.retry_window)?;
         check_duration("hand-over window", config.handover_window)?;
         check_duration("turn window", config.turn_window)?;
+        let (least, most) = crate::config::FAIR_WAIT_RANGE;
+        if !(least..=most).contains(&config.fair_lock_wait_timeout) {
+            return Err(Error::InvalidConfig(format!(
+                "fair lock wait timeout {:?} is outside {least:?}..={most:?}",
+                config.fair_lock_wait_timeout
+            )));
+        }
         if let Some(ReplicaSync::Wait { timeout, acks, .. }) = &config.replica_sync {
             if timeout.is_zero() || *acks == 0 {
                 return Err(Error::InvalidConfig(
@@ -294,6 +301,7 @@ impl Client {
                 handover_limit: crate::handover::DEFAULT_HANDOVER_LIMIT,
                 handover_window: crate::handover::DEFAULT_HANDOVER_WINDOW,
                 turn_window: crate::config::DEFAULT_TURN_WINDOW,
+                fair_lock_wait_timeout: crate::config::DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
                 address_map: Vec::new(),
                 tls: TlsSettings::default(),
                 redis_client: None,
