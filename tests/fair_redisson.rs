@@ -236,6 +236,7 @@ async fn a_redisson_waiter_between_crate_waiters_hands_on_to_the_last_at_once() 
     // Redisson 2's unlock told crate 3, which took the lock then, not at its next attempt.
     let o = order.lock().clone();
     let handed = o[2].1.duration_since(o[1].1) - hold;
+    eprintln!("FIGURE redisson_unlock_to_crate_grant {handed:?}");
     assert!(
         handed < Duration::from_millis(500),
         "crate 3 came {handed:?} after the unlock"
@@ -322,6 +323,7 @@ async fn a_crashed_crate_waiter_is_passed_over_within_its_bound() {
     finish(vec![next]).await;
     let took = order.lock()[0].1.duration_since(crashed);
     let bound = lease + wait + Duration::from_millis(300);
+    eprintln!("FIGURE crashed_crate_waiter_passed_over_after {took:?}");
     assert!(
         took < bound,
         "the live waiter waited {took:?} behind a crashed one (bound {bound:?})"
