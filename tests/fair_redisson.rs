@@ -331,3 +331,29 @@ async fn a_crashed_crate_waiter_is_passed_over_within_its_bound() {
     assert_eq!(tags(&order), ["live"]);
     assert!(queue(&url, name).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_timeout_out_of_range_is_refused() {
+    let s = RedisServer::start();
+    for bad in [
+        Duration::ZERO,
+        Duration::from_millis(29),
+        Duration::from_millis((1 << 40) + 1),
+        Duration::MAX,
+    ] {
+        let r = Client::builder(s.url())
+            .fair_lock_wait_timeout(bad)
+            .build()
+            .await;
+        assert!(
+            matches!(r, Err(redis_rlock::Error::InvalidConfig(_))),
+            "{bad:?}: {:?}",
+            r.err()
+        );
+    }
+    let ok = Client::builder(s.url())
+        .fair_lock_wait_timeout(Duration::from_millis(30))
+        .build()
+        .await;
+    assert!(ok.is_ok());
+}
