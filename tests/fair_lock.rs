@@ -353,6 +353,6 @@ async fn after_a_crashed_holders_lease_ends_the_queue_is_served_in_order() {
     }
     let order = order.lock().clone();
     assert_eq!(order.iter().map(|o| o.0).collect::<Vec<_>>(), [0, 1, 2]);
-    // The first asks again within a third of the queue timeout after the lease ends.
+    // The first asks again within 5/3 s (a third of the recheck period) after the lease ends.
     assert!(order[0].1.duration_since(started) < Duration::from_secs(3));
 }
