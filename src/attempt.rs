@@ -106,6 +106,7 @@ impl Target {
                     fenced: hold.fenced,
                     kind: hold.kind,
                     turn_window: inner.config.turn_window,
+                    fair_wait: inner.config.fair_lock_wait_timeout,
                     waits,
                     line: line_flag(&inner, &hold.name, in_line),
                 };
@@ -190,9 +191,14 @@ impl Target {
                         // its deadline. (The next call of the field waits for this to
                         // settle, so its own place is not the one removed.)
                         if waits && hold.kind == crate::raw::Kind::Fair {
-                            let _ =
-                                raw::fair_leave(&inner.conn, &hold.name, Some(&hold.field), false)
-                                    .await;
+                            let _ = raw::fair_leave(
+                                &inner.conn,
+                                &hold.name,
+                                Some(&hold.field),
+                                false,
+                                inner.config.fair_lock_wait_timeout,
+                            )
+                            .await;
                         }
                         // A writer's busy answer marked it waiting, which holds new
                         // readers back; as when a writer gives up (another writer still

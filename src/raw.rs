@@ -60,7 +60,7 @@ pub(crate) use flags::Line;
 use replies::{AcquireReply, UnlockReply};
 use undo::rollback;
 
-pub(crate) use fair::{fair_leave, waiter_channel, QUEUE_TIMEOUT as FAIR_QUEUE_TIMEOUT};
+pub(crate) use fair::{fair_leave, waiter_channel, RECHECK as FAIR_RECHECK};
 pub use fair::{queue_key, timeout_key};
 pub(crate) use force::force_release;
 pub use force::{events_channel, FORCE_UNLOCK_EVENT};
@@ -207,6 +207,8 @@ pub(crate) struct AcquireCall<'a> {
     /// How long a published release keeps the lock for the next client in line (`ZERO`:
     /// turns off; see `lua/acquire.lua`).
     pub(crate) turn_window: Duration,
+    /// The fair lock's wait timeout (`ClientBuilder::fair_lock_wait_timeout`).
+    pub(crate) fair_wait: Duration,
     /// The caller waits if the lock is busy: the client joins the line.
     pub(crate) waits: bool,
     /// What a first grant does to the client's place in the line.
