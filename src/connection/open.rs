@@ -183,6 +183,7 @@ pub(crate) fn addr_of(client: &redis::Client) -> String {
 
 /// The servers behind `urls`, as an error names them: `host:port` each (never the
 /// password a URL may hold), comma separated.
+#[cfg(feature = "cluster")]
 pub(crate) fn addrs_of(urls: &[String]) -> String {
     urls.iter()
         .map(|u| match u.as_str().into_connection_info() {
