@@ -39,12 +39,12 @@ impl ClientBuilder {
     ///
     /// - [`Error::InvalidConfig`], [`Error::DurationOutOfRange`]: a setting or URL is
     ///   unusable, or there is no tokio runtime. Also for TLS that cannot work: a
-    ///   `rediss://` URL without a TLS feature, certificates that do not parse, or a
+    ///   `rediss://` (or `valkeys://`) URL without a TLS feature, certificates that do not parse, or a
     ///   handshake the server's certificate (or this client's, under mutual TLS) fails.
     /// - [`Error::AuthFailed`]: Redis refused the credentials (none given where a
     ///   password is required, a wrong user or password).
-    /// - [`Error::Unavailable`] or [`Error::Timeout`]: Redis cannot be reached within
-    ///   the connect timeout.
+    /// - [`Error::Unavailable`] (naming the address it tried) or [`Error::Timeout`]:
+    ///   Redis cannot be reached within the connect timeout.
     ///
     /// # Cancel safety
     ///
@@ -129,7 +129,7 @@ impl ClientBuilder {
         // A user whose ACL lacks PING is authenticated all the same.
         match conn.query(&redis::cmd("PING")).await {
             Ok(_) => {}
-            Err(e) => match connect_error(e, config.response_timeout) {
+            Err(e) => match connect_error(e, config.response_timeout, &conn.addr()) {
                 Error::PermissionDenied { .. } => {}
                 e => return Err(e),
             },
@@ -242,7 +242,9 @@ impl Client {
 
     /// Starts a builder for a client of the Redis server at `url`
     /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS with the
-    /// `tls-rustls` feature and `ClientBuilder::tls_root_cert`).
+    /// `tls-rustls` feature and `ClientBuilder::tls_root_cert`). `valkey://` and
+    /// `valkeys://` are the same as `redis://` and `rediss://`, here and in the URL lists
+    /// of [`sentinel`](Self::sentinel) and [`cluster`](Self::cluster).
     pub fn builder(url: impl AsRef<str>) -> ClientBuilder {
         Client::with_deployment(Deployment::Single {
             url: url.as_ref().to_string(),

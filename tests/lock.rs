@@ -647,7 +647,10 @@ async fn redis_unreachable_fails_within_the_timeouts() {
         .build()
         .await;
     assert!(
-        matches!(r, Err(Error::Unavailable(_)) | Err(Error::Timeout { .. })),
+        matches!(
+            r,
+            Err(Error::Unavailable { .. }) | Err(Error::Timeout { .. })
+        ),
         "{r:?}"
     );
     assert!(start.elapsed() < Duration::from_secs(5));
