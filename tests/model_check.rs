@@ -156,6 +156,28 @@ fn a_restart_without_persistence_breaks_mutual_exclusion() {
     assert!(r.found(MUTEX).is_some());
 }
 
+/// Issue 24's finding 7 in the checker: a release's first send stuck in a connection the
+/// client gave up runs at any later point, after its retry was answered and the task took
+/// the lock again. It finds the retry's outcome in its latch and releases nothing.
+#[test]
+fn late_copies_of_an_unlock_release_nothing() {
+    let r = run("late copy of a release", configs::late_copy());
+    assert!(r.found.is_empty(), "{:?}", r.broken());
+}
+
+/// The same, with an unlock that reads its latch only on a retry (as before the fix): the
+/// late copy releases the task's newer hold, and the poller gets in beside it.
+#[test]
+fn seeded_unlock_reading_its_latch_only_on_retry_breaks_mutual_exclusion() {
+    let mut cfg = configs::late_copy();
+    cfg.scripts = cfg.scripts.edit(
+        |s| &mut s.unlock,
+        "local done = redis.call('get', KEYS[3])",
+        "local done = retry and redis.call('get', KEYS[3])",
+    );
+    seeded("late copy, latch read on retry only", cfg, MUTEX);
+}
+
 fn seeded(name: &str, cfg: Config, property: &str) {
     let r = run(name, cfg);
     assert!(r.found(property).is_some(), "the seeded bug was not caught");
