@@ -134,10 +134,18 @@ fn a_redisson_try_lock_poller_gets_in_while_one_clients_tasks_contend() {
     poller_gets_in((1, 4), 150);
 }
 
+/// The same with no hold at all: the client's tasks trade the lock as fast as hand-overs
+/// go, so a run reaches its count (`handover_limit`) long before its window.
+#[test]
+fn a_redisson_try_lock_poller_gets_in_while_one_clients_tasks_loop_without_holding() {
+    poller_gets_in_holding((1, 4), Duration::ZERO, 256);
+}
+
 /// Runs `peer` for most of a 3 s contention of `shape` (1 ms holds) and returns the
 /// crate's grants and the peer's waits.
 fn against_contention(
     shape: (usize, usize),
+    hold: Duration,
     peer: impl FnOnce(&RedisServer, &AtomicU64, Duration) -> PeerWaits,
 ) -> (u64, PeerWaits) {
     let s = RedisServer::start();
@@ -147,7 +155,7 @@ fn against_contention(
         .build()
         .unwrap();
     let run = Duration::from_secs(3);
-    let (grants, tasks) = contend(&s, &rt, shape, Duration::from_millis(1), run);
+    let (grants, tasks) = contend(&s, &rt, shape, hold, run);
     std::thread::sleep(Duration::from_millis(100));
     let waits = peer(&s, &grants, run - Duration::from_millis(300));
     for t in tasks {
@@ -159,10 +167,15 @@ fn against_contention(
     (total, waits)
 }
 
-/// The poller's longest wait is at most `bound` grants to the crate's tasks.
+/// The poller's longest wait is at most `bound` grants to the crate's tasks (1 ms holds).
 fn poller_gets_in(shape: (usize, usize), bound: u64) {
+    poller_gets_in_holding(shape, Duration::from_millis(1), bound);
+}
+
+fn poller_gets_in_holding(shape: (usize, usize), hold: Duration, bound: u64) {
     let every = Duration::from_millis(2);
-    let (total, waits) = against_contention(shape, |s, grants, run| poll(s, grants, every, run));
+    let (total, waits) =
+        against_contention(shape, hold, |s, grants, run| poll(s, grants, every, run));
     assert!(
         waits.got > 0,
         "the poller never got the lock in {total} grants"
@@ -218,7 +231,7 @@ fn redisson_waiter(s: &RedisServer, grants: &AtomicU64, run: Duration) -> PeerWa
 /// turn with the crate's clients, not after a long line of them.
 #[test]
 fn a_redisson_lock_waiter_gets_in_while_clients_contend() {
-    let (_, waits) = against_contention((2, 2), redisson_waiter);
+    let (_, waits) = against_contention((2, 2), Duration::from_millis(1), redisson_waiter);
     assert!(
         waits.got > 10,
         "the Redisson waiter got the lock {} times",
