@@ -46,6 +46,15 @@ impl Kind {
     }
 }
 
+/// How many times one acquire or unlock is sent when its reply may have been lost
+/// (timeout, broken connection).
+pub(crate) const ATTEMPTS: u32 = 3;
+
+/// How long a retried release's outcome is kept in its latch, for copies of its earlier
+/// sends that reach Redis late (a connection given up with a send in its buffer, whose
+/// bytes get through once a partition heals): a copy later than this is not guarded.
+pub(crate) const LATE_COPIES: Duration = Duration::from_secs(600);
+
 mod fair;
 mod flags;
 mod force;

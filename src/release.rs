@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::policy::run::Settled;
 use crate::queue::{Grant, Offer, Terms, Ticket};
-use crate::raw::{self, Kind, Release, ReleaseCall};
+use crate::raw::{self, Kind, Release, ReleaseCall, LATE_COPIES};
 use crate::services::ClientInner;
 use crate::table::Unanswered;
 use crate::target::{Hold, ATTEMPTS};
@@ -20,11 +20,6 @@ const MAX_PAUSE: Duration = Duration::from_millis(20);
 
 /// What the hold-back set before a release is sent counts for the round trip.
 const SENT_PAUSE: Duration = Duration::from_millis(2);
-
-/// How long a retried release's outcome is kept in its latch, for copies of its earlier
-/// sends that reach Redis late (a connection given up with a send in its buffer, whose
-/// bytes get through once a partition heals): a copy later than this is not guarded.
-pub(crate) const LATE_COPIES: Duration = Duration::from_secs(600);
 
 /// Releases a hold nobody will use, in the background.
 pub(crate) fn release_detached(inner: Arc<ClientInner>, hold: Hold) {

@@ -91,9 +91,7 @@ impl Target {
     }
 }
 
-/// How many times one acquire or unlock is sent when its reply may have been lost
-/// (timeout, broken connection).
-pub(crate) const ATTEMPTS: u32 = 3;
+pub(crate) use crate::raw::ATTEMPTS;
 
 /// What identifies one hold on the server.
 #[derive(Clone)]

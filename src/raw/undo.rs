@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{latch_key, release, request_id, AcquireCall, ReleaseCall};
+use super::{latch_key, release, request_id, AcquireCall, ReleaseCall, ATTEMPTS, LATE_COPIES};
 use crate::connection::Conn;
 
 /// Releases the hold `call` took, published, with no hand-over. Best effort: if this
@@ -13,7 +13,7 @@ use crate::connection::Conn;
 pub(super) async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
     let latch = latch_key(call.name, &request_id());
     let channel = call.kind.channel(call.name);
-    let undo = ReleaseCall {
+    let mut undo = ReleaseCall {
         name: call.name,
         channel: &channel,
         token_key: call.token_key,
@@ -30,7 +30,22 @@ pub(super) async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         gives_way: false,
         ends_run: false,
     };
-    match Box::pin(release(conn, &undo)).await {
+    let mut attempt = 0;
+    // Sent again with the same request id when its reply may be lost, as an unlock is: a
+    // retry leaves its outcome in the latch, where a late copy of an earlier send finds
+    // it instead of releasing a newer hold of the field (`unlock.lua`).
+    let outcome = loop {
+        attempt += 1;
+        match Box::pin(release(conn, &undo)).await {
+            Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
+                undo.retry = true;
+                undo.latch_ttl = undo.latch_ttl.max(LATE_COPIES);
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            }
+            r => break r,
+        }
+    };
+    match outcome {
         Ok(r) => {
             tracing::warn!(lock = %call.name, outcome = ?r, "no replica acknowledged the acquisition; rolled back")
         }

@@ -213,7 +213,7 @@ impl Client {
     }
 }
 
-/// `release::LATE_COPIES`, in ms.
+/// `raw::LATE_COPIES`, in ms.
 const LATE_COPIES_MS: u64 = 600_000;
 
 /// What becomes of a first send.
