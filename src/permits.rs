@@ -45,10 +45,10 @@ use crate::sync_wait::{wait_for, Try, Until};
 /// took.
 #[derive(Clone)]
 pub struct PermitExpirableSemaphore {
-    inner: Arc<ClientInner>,
-    name: Arc<str>,
-    timeout: Arc<str>,
-    channel: Arc<str>,
+    pub(crate) inner: Arc<ClientInner>,
+    pub(crate) name: Arc<str>,
+    pub(crate) timeout: Arc<str>,
+    pub(crate) channel: Arc<str>,
 }
 
 /// One permit taken from a [`PermitExpirableSemaphore`]: its id and lease.
@@ -107,7 +107,7 @@ fn hex(bytes: &[u8]) -> String {
 /// The 16 bytes an id stands for. Ids of this crate and of Redisson are 32 hex digits;
 /// anything else could never name a permit, so it is refused as input, not answered
 /// "not held".
-fn unhex(id: &str) -> Result<[u8; 16]> {
+pub(crate) fn unhex(id: &str) -> Result<[u8; 16]> {
     let bad = || Error::InvalidPermitId { id: id.to_string() };
     if id.len() != 32 {
         return Err(bad());
@@ -148,7 +148,7 @@ impl PermitExpirableSemaphore {
         &self.channel
     }
 
-    fn keys(&self) -> PermitKeys<'_> {
+    pub(crate) fn keys(&self) -> PermitKeys<'_> {
         PermitKeys {
             name: &self.name,
             timeout: &self.timeout,
@@ -239,7 +239,11 @@ impl PermitExpirableSemaphore {
         self.acquire_within(lease, Until::after(wait)).await
     }
 
-    async fn acquire_within(&self, lease: Duration, until: Until) -> Result<Option<Permit>> {
+    pub(crate) async fn acquire_within(
+        &self,
+        lease: Duration,
+        until: Until,
+    ) -> Result<Option<Permit>> {
         check_lease(lease)?;
         self.check()?;
         wait_for(&self.inner, &self.channel, until, "permit acquire", || {

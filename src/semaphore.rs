@@ -40,9 +40,9 @@ use crate::sync_wait::{wait_for, Try, Until};
 /// background and gives back what it took; a release already sent finishes there too.
 #[derive(Clone)]
 pub struct Semaphore {
-    inner: Arc<ClientInner>,
-    name: Arc<str>,
-    channel: Arc<str>,
+    pub(crate) inner: Arc<ClientInner>,
+    pub(crate) name: Arc<str>,
+    pub(crate) channel: Arc<str>,
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -177,7 +177,7 @@ impl Semaphore {
         self.acquire_within(permits, Until::after(wait)).await
     }
 
-    async fn acquire_within(&self, permits: u32, until: Until) -> Result<bool> {
+    pub(crate) async fn acquire_within(&self, permits: u32, until: Until) -> Result<bool> {
         check_count("permits", permits)?;
         self.check()?;
         let got = wait_for(
