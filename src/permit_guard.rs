@@ -12,7 +12,7 @@ use crate::inflight::Completing;
 use crate::permits::{unhex, Permit, PermitExpirableSemaphore};
 use crate::sync_raw;
 use crate::sync_wait::Until;
-use crate::watchdog::WatchedPermit;
+use crate::watchdog::{Held, WatchedPermit};
 
 enum Kind {
     /// Renewed by the client's watchdog; lost when it says so.
@@ -26,6 +26,8 @@ struct State {
     id: [u8; 16],
     hex: String,
     kind: Kind,
+    /// Its entry among the client's held permits (see `watchdog::Held`).
+    key: u64,
 }
 
 /// One permit of a [`PermitExpirableSemaphore`], given back when dropped. Made by
@@ -40,9 +42,9 @@ struct State {
 ///
 /// Give it back with [`release`](Self::release) to see errors. Dropping the guard gives
 /// it back in the background, once, on the client's runtime (errors are logged with
-/// `tracing`); it never panics. A guard dropped after
-/// [`Client::shutdown`](crate::Client::shutdown) sends nothing: its permit comes back
-/// when its lease ends.
+/// `tracing`); it never panics. [`Client::shutdown`](crate::Client::shutdown) gives
+/// back the permit of every guard still alive, which then reports
+/// [`is_lost`](Self::is_lost) and gives nothing back again.
 #[must_use = "dropping the guard gives the permit back at once"]
 pub struct PermitGuard {
     state: Option<State>,
@@ -130,7 +132,7 @@ impl PermitGuard {
     ///   all the same.
     /// - [`Error::PermitNotHeld`]: Redis had no live lease of it although the guard did
     ///   not know it was lost (released by id elsewhere, or the lease set edited).
-    /// - [`Error::Closed`] after shutdown; transient errors (the release may then have
+    /// - [`Error::Closed`] when shutdown gave it back already; transient errors (the release may then have
     ///   happened or not; the lease ends it anyway).
     ///
     /// # Cancel safety
@@ -145,8 +147,10 @@ impl PermitGuard {
         let Some(state) = self.state.take() else {
             return Ok(());
         };
-        state.semaphore.inner.check_open()?;
         state.stop_renewing();
+        if !state.semaphore.inner.watchdog.unhold_permits(state.key) {
+            return Err(Error::Closed);
+        }
         let name = state.semaphore.name.to_string();
         let request = {
             let (semaphore, id) = (state.semaphore.clone(), state.id);
@@ -191,7 +195,8 @@ impl Drop for PermitGuard {
         };
         state.stop_renewing();
         let inner = state.semaphore.inner.clone();
-        if inner.closed.is_set() {
+        if !inner.watchdog.unhold_permits(state.key) {
+            // Shutdown gave it back.
             return;
         }
         inner.spawner().errand(async move {
@@ -219,8 +224,15 @@ impl PermitExpirableSemaphore {
                 expires: permit.expires_at(),
             }
         };
+        let held = Held::Expirable(
+            self.name.clone(),
+            self.timeout.clone(),
+            self.channel.clone(),
+            id,
+        );
         Ok(PermitGuard {
             state: Some(State {
+                key: self.inner.watchdog.hold_permits(held),
                 semaphore: self.clone(),
                 id,
                 hex: permit.id().to_string(),

@@ -4,10 +4,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::config::MAX_DURATION;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::inflight::Completing;
 use crate::semaphore::Semaphore;
 use crate::sync_raw::{self, Give};
 use crate::sync_wait::Until;
+use crate::watchdog::Held;
 
 /// Permits taken from a [`Semaphore`] by [`acquire_permits`](Semaphore::acquire_permits)
 /// and its `try_` forms; they go back when it is dropped.
@@ -15,9 +17,9 @@ use crate::sync_wait::Until;
 /// Give them back with [`release`](Self::release) to see errors. Dropping the guard
 /// gives them back in the background, once, on the client's runtime (errors are logged
 /// with `tracing`); it never panics. That covers a task that panics, returns early with
-/// `?`, or is cancelled while it holds them. A guard dropped after
-/// [`Client::shutdown`](crate::Client::shutdown) gives nothing back (the client sends
-/// nothing any more): release before shutting down.
+/// `?`, or is cancelled while it holds them.
+/// [`Client::shutdown`](crate::Client::shutdown) gives back the permits of every guard
+/// still alive; such a guard then gives nothing back again.
 ///
 /// Redis knows no owner of a semaphore's permits (Redisson's layout): the guard only
 /// remembers how many it holds. [`forget`](Self::forget) keeps them taken for code that
@@ -26,6 +28,8 @@ use crate::sync_wait::Until;
 pub struct SemaphorePermit {
     semaphore: Option<Semaphore>,
     permits: u32,
+    /// Its entry among the client's held permits (see `watchdog::Held`).
+    key: u64,
 }
 
 impl std::fmt::Debug for SemaphorePermit {
@@ -53,7 +57,9 @@ impl SemaphorePermit {
     /// Someone must give them back by count ([`Semaphore::release`]), or they stay
     /// taken for good, as with Redisson.
     pub fn forget(mut self) -> u32 {
-        self.semaphore = None;
+        if let Some(s) = self.semaphore.take() {
+            s.inner.watchdog.unhold_permits(self.key);
+        }
         self.permits
     }
 
@@ -61,10 +67,10 @@ impl SemaphorePermit {
     ///
     /// # Errors
     ///
-    /// As [`Semaphore::release`]: [`Error::NoSuchSemaphore`](crate::Error::NoSuchSemaphore)
-    /// when the key was deleted meanwhile (nothing written), [`Error::Closed`](crate::Error::Closed)
-    /// after shutdown, transient errors (the release may then have happened or not; it is
-    /// not sent again).
+    /// As [`Semaphore::release`]: [`Error::NoSuchSemaphore`] when the key was deleted
+    /// meanwhile (nothing written), [`Error::Closed`] when shutdown gave the permits back
+    /// already, transient errors (the release may then have happened or not; it is not
+    /// sent again).
     ///
     /// # Cancel safety
     ///
@@ -76,9 +82,35 @@ impl SemaphorePermit {
     /// Panics if polled outside a tokio runtime with the time driver enabled.
     pub async fn release(mut self) -> Result<()> {
         let permits = self.permits;
-        match self.semaphore.take() {
-            Some(s) => s.release(permits).await,
-            None => Ok(()),
+        let Some(s) = self.semaphore.take() else {
+            return Ok(());
+        };
+        if !s.inner.watchdog.unhold_permits(self.key) {
+            return Err(Error::Closed);
+        }
+        let inner = s.inner.clone();
+        let name = s.name.clone();
+        let request = async move {
+            sync_raw::semaphore_release(
+                &s.inner.conn,
+                &s.name,
+                &s.channel,
+                i64::from(permits),
+                Give::Release,
+            )
+            .await
+        };
+        let orphan = {
+            let name = name.clone();
+            move |out: Result<Option<i64>>| async move {
+                tracing::debug!(semaphore = %name, ?out, "release finished after its caller left");
+            }
+        };
+        match Completing::new(inner.spawner(), request, orphan).await? {
+            Some(_) => Ok(()),
+            None => Err(Error::NoSuchSemaphore {
+                name: name.to_string(),
+            }),
         }
     }
 }
@@ -89,8 +121,8 @@ impl Drop for SemaphorePermit {
             return;
         };
         let inner = semaphore.inner.clone();
-        if inner.closed.is_set() {
-            tracing::warn!(semaphore = %semaphore.name, permits = self.permits, "permit guard dropped after shutdown; its permits stay taken");
+        if !inner.watchdog.unhold_permits(self.key) {
+            // Shutdown gave them back.
             return;
         }
         let permits = self.permits;
@@ -120,7 +152,9 @@ impl Drop for SemaphorePermit {
 
 impl Semaphore {
     fn guard(&self, permits: u32) -> SemaphorePermit {
+        let held = Held::Count(self.name.clone(), self.channel.clone(), permits);
         SemaphorePermit {
+            key: self.inner.watchdog.hold_permits(held),
             semaphore: Some(self.clone()),
             permits,
         }

@@ -34,7 +34,7 @@ use crate::table::{Table, WatchEntry};
 
 mod permits;
 
-pub(crate) use permits::WatchedPermit;
+pub(crate) use permits::{give_back, Held, WatchedPermit};
 
 /// Why an entry is lost when its confirmed lease ran out.
 const EXPIRED: &str = "lease ran out before a renewal succeeded";
@@ -185,6 +185,21 @@ impl Watchdog {
     /// (false once it was found lost).
     pub(crate) fn release_permit(&self, entry: &Arc<WatchedPermit>) -> bool {
         self.shared.permits.remove(entry)
+    }
+
+    /// Records the permits of a new guard (see [`permits::Registry::hold`]).
+    pub(crate) fn hold_permits(&self, held: Held) -> u64 {
+        self.shared.permits.hold(held)
+    }
+
+    /// Forgets a guard's permits; whether the caller is to give them back.
+    pub(crate) fn unhold_permits(&self, key: u64) -> bool {
+        self.shared.permits.unhold(key)
+    }
+
+    /// Every guard's permits, taken for shutdown; no permit is renewed after this.
+    pub(crate) fn drain_permits(&self) -> Vec<Held> {
+        self.shared.permits.drain()
     }
 
     /// Whether the watched permit is lost, as [`check_lost`](Self::check_lost).

@@ -260,3 +260,32 @@ async fn a_redisson_peer_sees_the_lease_move_and_cannot_take_the_permit() {
         Some("OK")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_gives_back_the_permits_of_live_guards_once() {
+    let s = RedisServer::start();
+    let c = client_with(&s.url(), LONG, Duration::from_secs(2)).await;
+    let sem = c.semaphore("pg:down");
+    assert!(sem.try_set_permits(3).await.unwrap());
+    let pes = c.permit_expirable_semaphore("pg:down:exp");
+    assert!(pes.try_set_permits(2).await.unwrap());
+    let timeout = protocol::permit_timeout_key("pg:down:exp");
+    let counted = sem.acquire_permits(2).await.unwrap();
+    let dropped_later = sem.acquire_permits(1).await.unwrap();
+    let watched = pes.acquire_permit().await.unwrap();
+    let leased = pes.acquire_permit_with_lease(LONG).await.unwrap();
+    c.shutdown().await.unwrap();
+    // Back when shutdown returns.
+    assert_eq!(s.cmd::<i64>(&["GET", "pg:down"]), 3);
+    assert_eq!(s.cmd::<i64>(&["GET", "pg:down:exp"]), 2);
+    assert_eq!(s.cmd::<i64>(&["ZCARD", &timeout]), 0);
+    assert!(watched.is_lost() && leased.is_lost());
+    // And not a second time.
+    assert!(matches!(counted.release().await, Err(Error::Closed)));
+    assert!(matches!(watched.release().await, Err(Error::Closed)));
+    drop(dropped_later);
+    drop(leased);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(s.cmd::<i64>(&["GET", "pg:down"]), 3);
+    assert_eq!(s.cmd::<i64>(&["GET", "pg:down:exp"]), 2);
+}

@@ -8,6 +8,7 @@
 //! ran out, revives nothing: a Redisson peer sees only live scores move forward.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +17,8 @@ use tokio::time::Instant;
 
 use crate::background::Signal;
 use crate::connection::Conn;
-use crate::sync_raw::{self, PermitKeys};
+use crate::error::Result;
+use crate::sync_raw::{self, Give, PermitKeys};
 
 use super::BATCH;
 
@@ -49,13 +51,43 @@ impl WatchedPermit {
     }
 }
 
-/// The watched permits of one client, by id (ids are random 16 bytes).
+/// Permits a guard holds, as shutdown must give them back.
+pub(crate) enum Held {
+    /// Permits of a plain semaphore: `(name, channel, count)`.
+    Count(Arc<str>, Arc<str>, u32),
+    /// One expirable permit: `(name, lease set, channel, id)`.
+    Expirable(Arc<str>, Arc<str>, Arc<str>, [u8; 16]),
+}
+
+/// The permits of one client's live guards, and the watched ones among them by id (ids
+/// are random 16 bytes).
 #[derive(Default)]
 pub(crate) struct Registry {
     map: Mutex<HashMap<[u8; 16], Arc<WatchedPermit>>>,
+    held: Mutex<HashMap<u64, Held>>,
+    next: AtomicU64,
 }
 
 impl Registry {
+    /// Records the permits of a new guard; the key its guard gives back with.
+    pub(crate) fn hold(&self, held: Held) -> u64 {
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        self.held.lock().insert(key, held);
+        key
+    }
+
+    /// Forgets the guard `key`; whether it was still there, which makes the caller the
+    /// one that gives its permits back (false once shutdown took them).
+    pub(crate) fn unhold(&self, key: u64) -> bool {
+        self.held.lock().remove(&key).is_some()
+    }
+
+    /// Takes every guard's permits, and stops every renewal, for shutdown.
+    pub(crate) fn drain(&self) -> Vec<Held> {
+        self.map.lock().clear();
+        self.held.lock().drain().map(|(_, h)| h).collect()
+    }
+
     pub(crate) fn add(
         &self,
         keys: (&Arc<str>, &Arc<str>, &Arc<str>),
@@ -150,4 +182,44 @@ impl Registry {
             }
         }
     }
+}
+
+/// Gives back what [`Registry::drain`] took; the first error.
+pub(crate) async fn give_back(conn: &Conn, held: Vec<Held>) -> Result<()> {
+    let sends = held.iter().map(|h| async move {
+        match h {
+            Held::Count(name, channel, n) => {
+                sync_raw::semaphore_release(conn, name, channel, i64::from(*n), Give::Release)
+                    .await
+                    .map(|_| ())
+            }
+            Held::Expirable(name, timeout, channel, id) => {
+                let keys = PermitKeys {
+                    name,
+                    timeout,
+                    channel,
+                };
+                sync_raw::permit_release(conn, &keys, &[*id])
+                    .await
+                    .map(|_| ())
+            }
+        }
+    });
+    let mut first = Ok(());
+    for (out, h) in futures_util::future::join_all(sends)
+        .await
+        .into_iter()
+        .zip(&held)
+    {
+        if let Err(e) = out {
+            let name = match h {
+                Held::Count(name, ..) | Held::Expirable(name, ..) => name,
+            };
+            tracing::warn!(semaphore = %name, error = %e, "shutdown could not give permits back");
+            if first.is_ok() {
+                first = Err(e);
+            }
+        }
+    }
+    first
 }
