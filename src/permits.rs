@@ -26,12 +26,22 @@ use crate::sync_wait::{wait_for, Try, Until};
 /// Made by [`Client::permit_expirable_semaphore`](crate::Client::permit_expirable_semaphore);
 /// cheap to clone.
 ///
+/// Take a permit with [`acquire_permit`](Self::acquire_permit) when the code that takes
+/// it also gives it back: its [`PermitGuard`](crate::PermitGuard) gives it back when
+/// dropped, and the client's watchdog keeps its lease alive meanwhile. The methods by id
+/// below are Redisson's, for a permit handed to other code by its id.
+///
 /// ```no_run
 /// # async fn demo() -> redis_rlock::Result<()> {
 /// use std::time::Duration;
 /// let client = redis_rlock::Client::connect("redis://127.0.0.1:6379").await?;
 /// let seats = client.permit_expirable_semaphore("seats");
 /// seats.try_set_permits(10).await?;
+/// {
+///     let seat = seats.acquire_permit().await?;   // renewed while `seat` lives
+///     // ... before recording the work: `if seat.is_lost() { /* give up */ }` ...
+/// }                                                // given back here
+/// // By id, as Redisson's methods:
 /// let permit = seats.acquire(Duration::from_secs(30)).await?;   // back by itself after 30 s
 /// seats.update_lease_time(permit.id(), Duration::from_secs(30)).await?;
 /// seats.release(permit.id()).await?;
@@ -54,7 +64,8 @@ pub struct PermitExpirableSemaphore {
 /// One permit taken from a [`PermitExpirableSemaphore`]: its id and lease.
 ///
 /// Dropping it releases nothing (as with Redisson, the permit is a plain id); the permit
-/// comes back at the end of its lease unless released or renewed before.
+/// comes back at the end of its lease unless released or renewed before. For a permit
+/// that goes back on drop, see [`PermitGuard`](crate::PermitGuard).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Permit {
     id: String,
