@@ -160,26 +160,45 @@ impl Registry {
             channel: &first.channel,
         };
         let ids: Vec<[u8; 16]> = chunk.iter().map(|e| e.id).collect();
-        let sent = Instant::now();
-        match sync_raw::permit_renew(conn, &keys, &ids, lease).await {
-            Ok(held) => {
-                for (entry, held) in chunk.iter().zip(held) {
-                    if held {
-                        entry.extend(sent + lease);
-                    } else {
-                        self.mark_lost(entry, "permit gone from the lease set");
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let sent = Instant::now();
+            let err = match sync_raw::permit_renew(conn, &keys, &ids, lease).await {
+                Ok(held) => {
+                    for (entry, held) in chunk.iter().zip(held) {
+                        if held {
+                            entry.extend(sent + lease);
+                        } else {
+                            self.mark_lost(entry, "permit gone from the lease set");
+                        }
                     }
+                    return;
+                }
+                Err(e) => e,
+            };
+            let mut live = 0;
+            for entry in chunk {
+                if entry.expired() {
+                    self.mark_lost(entry, super::EXPIRED);
+                } else {
+                    live += 1;
                 }
             }
-            Err(e) => {
-                // Tried again next period, unless the confirmed lease runs out first.
-                tracing::warn!(semaphore = %first.name, permits = chunk.len(), error = %e, "permit renewal failed");
-                for entry in chunk {
-                    if entry.expired() {
-                        self.mark_lost(entry, super::EXPIRED);
-                    }
-                }
+            // As for locks: sent again within this period on the connection the driver
+            // reopens, else tried again next period.
+            let pause = Duration::from_millis(20 * attempt);
+            if live == 0
+                || !err.is_transient()
+                || attempt >= super::RENEW_ATTEMPTS
+                || started.elapsed() + pause >= lease / 6
+            {
+                tracing::warn!(semaphore = %first.name, permits = live, attempt, error = %err, "permit renewal failed; retrying next period");
+                return;
             }
+            tracing::debug!(semaphore = %first.name, permits = live, attempt, error = %err, "permit renewal failed; retrying now");
+            tokio::time::sleep(pause).await;
         }
     }
 }
