@@ -12,8 +12,9 @@
 --          client is known in them by its id, the first 36 characters of ARGV[2]
 -- ARGV[5]  flags, one letter each, present when true (one argument, not five: each
 --          argument costs the server about as much as a command):
---          'f' the client knows of no hold of this field (a grant then needs no latch:
---              a retry recognises it by the field alone)
+--          'f' the client knows of no hold of this field, and sends no other request of
+--              it now: a hold of the field found here is one nobody took, adopted as is
+--              (a grant then needs no latch: a retry recognises it by the field alone)
 --          'r' this request was sent before and its reply was lost
 --          'F' a fenced lock (Redisson's RFencedLock: every grant INCRs the counter); a
 --              plain one (Redisson's RLock) never touches the counter
@@ -53,16 +54,22 @@ if flag('r') then
         lease_from_now()
         return {1, tonumber(granted), 1}
     end
-    -- The client held nothing, and now it does: the first send ran and granted, or a
-    -- hand-over whose reply was lost did. The lease is counted from now, as above.
-    if knows_none and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        lease_from_now()
-        local token = 0
-        if fenced then
-            token = tonumber(redis.call('get', KEYS[2]))
-        end
-        return {1, token, 0}
+end
+-- The client knows of no hold of this field, and no other request of it is in flight,
+-- yet the hash has one: a hold nobody took. It is this request's own first send (its
+-- reply lost), a hand-over whose waiter stopped waiting for it, or an unlock answered too
+-- late. Nobody else can have been granted while it lasts, so the call adopts it as its
+-- first hold, as it is: counting it again would leave it held by nobody after the call's
+-- unlock. Not cutting its count or its TTL keeps a late delivery of this request harmless
+-- to a newer hold of the field. The lease is counted from now, as above.
+local fresh = redis.call('exists', KEYS[1]) == 0
+if knows_none and not fresh and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    lease_from_now()
+    local token = 0
+    if fenced then
+        token = tonumber(redis.call('get', KEYS[2]))
     end
+    return {1, token, 0}
 end
 local turns = tonumber(ARGV[4] or '0') > 0
 local waits = flag('w')
@@ -80,7 +87,6 @@ local function wait_in_line()
     end
     keep_for(KEYS[4], 2 * tonumber(ARGV[1]))
 end
-local fresh = redis.call('exists', KEYS[1]) == 0
 local turn = false
 if fresh and turns then
     -- A release gave the next turn to the client first in line: the others wait for it

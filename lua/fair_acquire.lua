@@ -6,8 +6,12 @@
 -- KEYS[4]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>"
--- ARGV[3]  queue timeout in ms: a waiter of this crate asks again well within it, and each
---          time its deadline moves to now + this (a live waiter is never taken as gone)
+-- ARGV[3]  the wait timeout W in ms, Redisson's fairLockWaitTimeout (threadWaitTime): a
+--          joiner's deadline is the last waiter's + W, and a grant takes W off every other
+--          deadline, as in Redisson's scripts. A waiter of this crate asks again within W/3,
+--          and each time its deadline is raised to at least now + W per place it stands
+--          from the head, so that the grants ahead of it before it asks again leave it in
+--          the future (a live waiter is never taken as gone)
 -- ARGV[4]  how long the latch is kept, in ms
 -- ARGV[5]  '1' when the client knows of no hold of this field, '0' otherwise
 -- ARGV[6]  '1' when this request was sent before and its reply was lost
@@ -47,6 +51,11 @@ if redis.call('exists', KEYS[1]) == 0 then
             redis.call('lpop', KEYS[2])
         end
         redis.call('zrem', KEYS[3], field)
+        -- Each waiter left is one place nearer the head (Redisson's ZINCRBY).
+        local wait = tonumber(ARGV[3])
+        for _, other in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', '+inf')) do
+            redis.call('zincrby', KEYS[3], -wait, other)
+        end
         redis.call('hset', KEYS[1], field, 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
         if ARGV[5] == '1' then
@@ -66,11 +75,29 @@ elseif is_lock(KEYS[1]) == false then
     return not_a_lock(KEYS[1])
 end
 if ARGV[7] == '1' then
-    if not redis.call('zscore', KEYS[3], field) then
+    local wait = tonumber(ARGV[3])
+    local deadline = tonumber(redis.call('zscore', KEYS[3], field))
+    local place = redis.call('lpos', KEYS[2], field)
+    if not deadline then
+        -- Joins as Redisson's acquire does: W after the last waiter's deadline, or after
+        -- the lock's PTTL when nobody waits.
+        local last = redis.call('lindex', KEYS[2], -1)
+        local after = last and last ~= field and redis.call('zscore', KEYS[3], last)
+        if after then
+            deadline = tonumber(after) + wait
+        else
+            deadline = now + redis.call('pttl', KEYS[1]) + wait
+        end
+    end
+    if not place then
         redis.call('rpush', KEYS[2], field)
+        place = redis.call('llen', KEYS[2]) - 1
         head = head or field
     end
-    redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), field)
+    -- Never lowered: a Redisson waiter that joins behind gets this + W, as behind one of
+    -- its own.
+    deadline = math.max(deadline, now + (place + 1) * wait)
+    redis.call('zadd', KEYS[3], string.format('%d', deadline), field)
 end
 local wait = redis.call('pttl', KEYS[1])
 if wait < 0 then

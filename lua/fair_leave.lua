@@ -9,6 +9,9 @@
 -- ARGV[4]  'publish' or 'spublish'
 -- ARGV[5]  the lock's channel, redisson_lock__channel:{<name>}
 -- ARGV[6]  this crate's event channel, rlock_events:{<name>} (see force_unlock.lua)
+-- ARGV[7]  the wait timeout W in ms (see fair_acquire.lua): each waiter behind the one
+--          that leaves is one place nearer the head, and its deadline comes W nearer, as
+--          in Redisson's acquireFailed
 -- Returns 1 when a lock was deleted, else 0; NOTALOCK, changing nothing, when a force
 -- unlock finds a hash that is not a lock.
 local refused = ARGV[2] == '1' and redis.call('exists', KEYS[1]) == 1
@@ -17,6 +20,14 @@ if refused then
     return refused
 end
 if ARGV[1] ~= '' then
+    local queue = redis.call('lrange', KEYS[2], 0, -1)
+    local behind = false
+    for _, other in ipairs(queue) do
+        if behind and redis.call('zscore', KEYS[3], other) then
+            redis.call('zincrby', KEYS[3], -tonumber(ARGV[7]), other)
+        end
+        behind = behind or other == ARGV[1]
+    end
     redis.call('lrem', KEYS[2], 0, ARGV[1])
     redis.call('zrem', KEYS[3], ARGV[1])
 end

@@ -5,7 +5,8 @@
 -- ARGV[2]  the count (at least 1)
 -- ARGV[3]  'publish', or 'spublish' on a cluster with sharded pub/sub
 -- Returns 1 when set (and ARGV[1] published), 0 when the latch existed (nothing written).
-if redis.call('exists', KEYS[1]) == 1 then
+-- A key that is not a count answers WRONGTYPE (Redisson's answers 0).
+if count_at(KEYS[1]) then
     return 0
 end
 redis.call('set', KEYS[1], ARGV[2])

@@ -5,8 +5,9 @@
 -- ARGV[1]  permits (0 or more)
 -- ARGV[2]  'publish', or 'spublish' on a cluster with sharded pub/sub
 -- Returns 1 when the key was set (and the count published if above 0), 0 when it
--- existed (nothing written).
-if redis.call('exists', KEYS[1]) == 1 then
+-- existed (nothing written). A key that is not a count answers WRONGTYPE (Redisson's
+-- answers 0).
+if count_at(KEYS[1]) then
     return 0
 end
 redis.call('set', KEYS[1], ARGV[1])

@@ -34,8 +34,9 @@
 -- released and published, 3 when it was published because the hand-over gave way (the
 -- flag 'g'), {2, token} when it was handed over to ARGV[5] (with a new fencing token for
 -- a fenced lock, 0 for a plain one). A partial release latches '0' and a hand-over
--- 'h<token>'; a full release that published latches nothing: a retry finds the field
--- gone, which the client reads as "released".
+-- 'h<token>'; a first send's full release latches nothing: a retry finds the field gone,
+-- which the client reads as "released". A retry latches every outcome ('x' for nothing
+-- held), and every send replays a latch it finds instead of acting again.
 local flags = ARGV[8]
 local function flag(letter)
     return string.find(flags, letter, 1, true) ~= nil
@@ -56,21 +57,34 @@ local function keep_for(key, ms)
     end
 end
 local me = string.sub(ARGV[2], 1, 36)
-if flag('r') then
-    local done = redis.call('get', KEYS[3])
-    if done then
+local retry = flag('r')
+-- Every send reads its latch first, not only a retry: a copy of this request delivered
+-- late (a dead connection's buffer, flushed after a retry was answered on another
+-- connection) must not release a newer hold of the same field (issue 24's finding 7).
+local done = redis.call('get', KEYS[3])
+if done then
+    if retry then
         -- A write, so that the WAIT after this call (replica sync), which counts only
         -- this connection's writes, covers the first send's writes too: the retry may
         -- go out on another connection than the first send did.
         redis.call('pexpire', KEYS[3], ARGV[3])
-        if string.sub(done, 1, 1) == 'h' then
-            return {2, tonumber(string.sub(done, 2))}
-        end
-        return tonumber(done)
+    end
+    if string.sub(done, 1, 1) == 'h' then
+        return {2, tonumber(string.sub(done, 2))}
+    end
+    -- 'x' (nothing was held) gives nil.
+    return tonumber(done)
+end
+-- A retry leaves its outcome in the latch, whatever it is, for the copies of this request
+-- still on their way. Only a guard against them: out of memory the outcome stands without.
+local function settle(outcome)
+    if retry then
+        try_write('set', KEYS[3], outcome, 'px', ARGV[3])
     end
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
 if count == nil then
+    settle('x')
     return nil
 end
 local n = tonumber(ARGV[4])
@@ -173,6 +187,8 @@ if next_client then
     try_write('set', KEYS[6], next_client, 'px', ARGV[7])
 end
 if gave_way then
+    settle('3')
     return 3
 end
+settle('1')
 return 1

@@ -267,7 +267,10 @@ impl Target {
         match self.kind {
             // Each attempt moves this waiter's deadline in the queue: a live waiter is
             // never taken as gone (Redisson #3004).
-            Kind::Fair => ttl = ttl.min(raw::FAIR_QUEUE_TIMEOUT / 3),
+            Kind::Fair => {
+                let wait = self.inner().config.fair_lock_wait_timeout;
+                ttl = ttl.min(wait.min(raw::FAIR_RECHECK) / 3);
+            }
             // Each attempt renews the mark that holds new readers back.
             Kind::Write => ttl = ttl.min(raw::WRITER_MARK / 2),
             _ => {}

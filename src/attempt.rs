@@ -13,7 +13,7 @@ use crate::identity::OwnerId;
 use crate::inflight::Completing;
 use crate::line::Counted;
 use crate::raw::{self, Attempt};
-use crate::release::release_hold;
+use crate::release::{self, release_hold};
 use crate::services::ClientInner;
 use crate::stats::Event;
 use crate::table::{Begin, InFlightGuard};
@@ -58,7 +58,7 @@ impl Target {
         let (fresh, in_flight) = loop {
             match inner
                 .table
-                .begin_acquire(&self.name, field, reenter, waited)
+                .begin_acquire(&self.name, field, reenter, waited, adopt)
             {
                 Begin::Wait => {
                     // Boxed: rarely taken, and every waiting task carries this future.
@@ -75,7 +75,16 @@ impl Target {
                         GuardKind::Watchdog(entry),
                     )));
                 }
-                Begin::Send { fresh, in_flight } => break (fresh, in_flight),
+                Begin::Send {
+                    fresh,
+                    in_flight,
+                    unanswered,
+                } => {
+                    if let Some(u) = unanswered {
+                        release::settle_unanswered(&inner, &hold, u).await?;
+                    }
+                    break (fresh, in_flight);
+                }
             }
         };
         let effective = lease.unwrap_or(inner.config.watchdog_timeout);
@@ -97,6 +106,7 @@ impl Target {
                     fenced: hold.fenced,
                     kind: hold.kind,
                     turn_window: inner.config.turn_window,
+                    fair_wait: inner.config.fair_lock_wait_timeout,
                     waits,
                     line: line_flag(&inner, &hold.name, in_line),
                 };
@@ -181,9 +191,14 @@ impl Target {
                         // its deadline. (The next call of the field waits for this to
                         // settle, so its own place is not the one removed.)
                         if waits && hold.kind == crate::raw::Kind::Fair {
-                            let _ =
-                                raw::fair_leave(&inner.conn, &hold.name, Some(&hold.field), false)
-                                    .await;
+                            let _ = raw::fair_leave(
+                                &inner.conn,
+                                &hold.name,
+                                Some(&hold.field),
+                                false,
+                                inner.config.fair_lock_wait_timeout,
+                            )
+                            .await;
                         }
                         // A writer's busy answer marked it waiting, which holds new
                         // readers back; as when a writer gives up (another writer still

@@ -34,11 +34,10 @@
 //!
 //! # Runtime
 //!
-//! The lock's protocol runs on tokio. [`Client::connect`] and
-//! [`ClientBuilder::build_blocking`] start a small runtime of the client's own (a
-//! multi-thread runtime with 2 workers), so that the watchdog renews held locks and
-//! wake-ups arrive while the calling thread is blocked or busy.
-//! [`ClientBuilder::build_blocking_on`] and [`Client::from_async`] use a runtime the
+//! The lock's protocol runs on tokio. [`Client::connect`] and [`ClientBuilder::build`]
+//! start a small runtime of the client's own (a multi-thread runtime with 2 workers), so
+//! that the watchdog renews held locks and wake-ups arrive while the calling thread is
+//! blocked or busy. [`ClientBuilder::build_on`] and [`Client::from_async`] use a runtime the
 //! caller already has instead; it must keep running while the client is used (a
 //! multi-thread runtime, or a current-thread runtime that another thread drives with
 //! `Runtime::block_on`). Each call blocks the calling thread until it is done; the
@@ -65,15 +64,16 @@ use std::sync::Arc;
 
 use tokio::runtime::{Handle, RuntimeFlavor};
 
-use crate::client::ClientBuilder;
 use crate::error::{Error, Result};
 use crate::identity::OwnerId;
 
+mod builder;
 mod lock;
 mod permits;
 mod sync;
 
 pub use crate::permits::Permit;
+pub use builder::ClientBuilder;
 pub use lock::{Lock, LockGuard};
 pub use permits::{PermitGuard, SemaphorePermit};
 pub use sync::{CountDownLatch, PermitExpirableSemaphore, ReadWriteLock, Semaphore};
@@ -163,24 +163,24 @@ impl Client {
     /// Only where tokio forbids blocking in a way this client cannot see (module docs,
     /// *Threads*).
     pub fn connect(url: impl AsRef<str>) -> Result<Client> {
-        crate::Client::builder(url).build_blocking()
+        Client::builder(url).build()
     }
 
-    /// Starts a builder for a client of the Redis server at `url`: the async
-    /// [`ClientBuilder`], with all its settings (Sentinel, Cluster and TLS start from
-    /// [`crate::Client::sentinel`], [`crate::Client::cluster`] and the like). Finish it
-    /// with [`ClientBuilder::build_blocking`] or [`ClientBuilder::build_blocking_on`].
+    /// Starts a builder for a client of the Redis server at `url`, with the settings of
+    /// the async [`crate::ClientBuilder`]; its [`build`](ClientBuilder::build) blocks.
+    /// Sentinel, Cluster and the like start from [`crate::Client::sentinel`],
+    /// [`crate::Client::cluster`], ... and go through [`ClientBuilder::from`].
     ///
     /// ```no_run
     /// # fn demo() -> redis_rlock::Result<()> {
     /// use std::time::Duration;
     /// let client = redis_rlock::blocking::Client::builder("redis://127.0.0.1:6379")
     ///     .watchdog_timeout(Duration::from_secs(10))
-    ///     .build_blocking()?;
+    ///     .build()?;
     /// # Ok(()) }
     /// ```
     pub fn builder(url: impl AsRef<str>) -> ClientBuilder {
-        crate::Client::builder(url)
+        ClientBuilder::from(crate::Client::builder(url))
     }
 
     /// A blocking client over an async client the caller already has, running its
@@ -270,6 +270,12 @@ impl Client {
         self.inner.id()
     }
 
+    /// What this client has done since it was built, as [`crate::Client::stats`]
+    /// (shared with the async client underneath). Nothing is sent and nothing blocks.
+    pub fn stats(&self) -> crate::Stats {
+        self.inner.stats()
+    }
+
     /// Shuts the client down, as [`crate::Client::shutdown`]: every hold the client
     /// still has is released in Redis, waiting calls on other threads return
     /// [`Error::Closed`], and the client's tasks stop. Its own runtime stops when the
@@ -295,51 +301,5 @@ impl std::fmt::Debug for Client {
             .field("client", &self.inner)
             .field("own_runtime", &self.runtime.owned.is_some())
             .finish()
-    }
-}
-
-impl ClientBuilder {
-    /// Checks the settings and connects, as [`build`](Self::build), and returns a
-    /// [`blocking::Client`](Client) running on a small runtime of its own (feature
-    /// `blocking`).
-    ///
-    /// # Errors
-    ///
-    /// As [`build`](Self::build); [`Error::BlockingNotAllowed`] on a thread that drives
-    /// a current-thread tokio runtime; [`Error::InvalidConfig`] if the runtime cannot
-    /// be started.
-    ///
-    /// # Panics
-    ///
-    /// Only where tokio forbids blocking in a way this crate cannot see (see
-    /// [`blocking`](crate::blocking), *Threads*).
-    pub fn build_blocking(self) -> Result<Client> {
-        check_can_block()?;
-        let runtime = Arc::new(Runtime::start()?);
-        let inner = runtime.run(self.build())?;
-        Ok(Client { inner, runtime })
-    }
-
-    /// As [`build_blocking`](Self::build_blocking), on the runtime `runtime` instead of
-    /// one of the client's own; the client's background work (watchdog, pub/sub) runs
-    /// there, so it must keep running while the client is used (see
-    /// [`blocking`](crate::blocking), *Runtime*).
-    ///
-    /// # Errors
-    ///
-    /// As [`build`](Self::build); [`Error::BlockingNotAllowed`] on a thread that drives
-    /// a current-thread tokio runtime.
-    ///
-    /// # Panics
-    ///
-    /// Only where tokio forbids blocking in a way this crate cannot see (see
-    /// [`blocking`](crate::blocking), *Threads*).
-    pub fn build_blocking_on(self, runtime: Handle) -> Result<Client> {
-        let runtime = Arc::new(Runtime {
-            handle: runtime,
-            owned: None,
-        });
-        let inner = runtime.run(self.build())?;
-        Ok(Client { inner, runtime })
     }
 }

@@ -169,6 +169,29 @@ impl ClientBuilder {
         self
     }
 
+    /// The fair lock's wait timeout: Redisson's `fairLockWaitTimeout`, which should be
+    /// set to the same value on every client, Java or Rust, that shares a fair lock's
+    /// name. Default [`DEFAULT_FAIR_LOCK_WAIT_TIMEOUT`](crate::DEFAULT_FAIR_LOCK_WAIT_TIMEOUT)
+    /// (300 s, Redisson's default).
+    ///
+    /// A waiter that joins a fair lock's queue gets the deadline of the waiter before it
+    /// plus this, and each grant takes this off every other waiter's deadline, as in
+    /// Redisson's scripts. A waiter of this crate asks again every third of it and
+    /// each time moves its own deadline to at least now + this per place from the
+    /// head, so it is never taken as gone while it waits. A waiter that crashed is
+    /// passed over once its deadline passes: about this long after its last attempt,
+    /// once it is first in line (`docs/protocol.md` 8.4). Lower it (for clients of this
+    /// crate only) to pass crashed waiters sooner, at the cost of more frequent attempts.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`Error::InvalidConfig`](crate::Error::InvalidConfig)
+    /// below 30 ms or above 2^40 ms.
+    pub fn fair_lock_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.config.fair_lock_wait_timeout = timeout;
+        self
+    }
+
     /// Trusts the CA certificates in `pem` (PEM, one or more) for `rediss://`
     /// connections, instead of the system's trust store. Certificates given in several
     /// calls are all trusted. Applies to every connection of the client: commands,

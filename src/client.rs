@@ -12,8 +12,8 @@ pub use crate::builder::ClientBuilder;
 use crate::config::{check_client_name, check_duration, Config, TlsSettings};
 pub use crate::config::{
     Deployment, ReplicaSync, ShardedPubSub, SyncFailure, DEFAULT_CLIENT_NAME,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW, DEFAULT_TURN_WINDOW,
-    DEFAULT_WATCHDOG_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_LOCK_WAIT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_RETRY_WINDOW, DEFAULT_TURN_WINDOW, DEFAULT_WATCHDOG_TIMEOUT,
 };
 use crate::connection::{connect_error, open_client, Conn};
 use crate::error::{Error, Result};
@@ -39,12 +39,12 @@ impl ClientBuilder {
     ///
     /// - [`Error::InvalidConfig`], [`Error::DurationOutOfRange`]: a setting or URL is
     ///   unusable, or there is no tokio runtime. Also for TLS that cannot work: a
-    ///   `rediss://` URL without a TLS feature, certificates that do not parse, or a
+    ///   `rediss://` (or `valkeys://`) URL without a TLS feature, certificates that do not parse, or a
     ///   handshake the server's certificate (or this client's, under mutual TLS) fails.
     /// - [`Error::AuthFailed`]: Redis refused the credentials (none given where a
     ///   password is required, a wrong user or password).
-    /// - [`Error::Unavailable`] or [`Error::Timeout`]: Redis cannot be reached within
-    ///   the connect timeout.
+    /// - [`Error::Unavailable`] (naming the address it tried) or [`Error::Timeout`]:
+    ///   Redis cannot be reached within the connect timeout.
     ///
     /// # Cancel safety
     ///
@@ -72,6 +72,13 @@ impl ClientBuilder {
         check_duration("retry window", config.retry_window)?;
         check_duration("hand-over window", config.handover_window)?;
         check_duration("turn window", config.turn_window)?;
+        let (least, most) = crate::config::FAIR_WAIT_RANGE;
+        if !(least..=most).contains(&config.fair_lock_wait_timeout) {
+            return Err(Error::InvalidConfig(format!(
+                "fair lock wait timeout {:?} is outside {least:?}..={most:?}",
+                config.fair_lock_wait_timeout
+            )));
+        }
         if let Some(ReplicaSync::Wait { timeout, acks, .. }) = &config.replica_sync {
             if timeout.is_zero() || *acks == 0 {
                 return Err(Error::InvalidConfig(
@@ -122,7 +129,7 @@ impl ClientBuilder {
         // A user whose ACL lacks PING is authenticated all the same.
         match conn.query(&redis::cmd("PING")).await {
             Ok(_) => {}
-            Err(e) => match connect_error(e, config.response_timeout) {
+            Err(e) => match connect_error(e, config.response_timeout, &conn.addr()) {
                 Error::PermissionDenied { .. } => {}
                 e => return Err(e),
             },
@@ -235,7 +242,9 @@ impl Client {
 
     /// Starts a builder for a client of the Redis server at `url`
     /// (`redis://[user:password@]host:port[/db]`, or `rediss://` for TLS with the
-    /// `tls-rustls` feature and `ClientBuilder::tls_root_cert`).
+    /// `tls-rustls` feature and `ClientBuilder::tls_root_cert`). `valkey://` and
+    /// `valkeys://` are the same as `redis://` and `rediss://`, here and in the URL lists
+    /// of [`sentinel`](Self::sentinel) and [`cluster`](Self::cluster).
     pub fn builder(url: impl AsRef<str>) -> ClientBuilder {
         Client::with_deployment(Deployment::Single {
             url: url.as_ref().to_string(),
@@ -294,6 +303,7 @@ impl Client {
                 handover_limit: crate::handover::DEFAULT_HANDOVER_LIMIT,
                 handover_window: crate::handover::DEFAULT_HANDOVER_WINDOW,
                 turn_window: crate::config::DEFAULT_TURN_WINDOW,
+                fair_lock_wait_timeout: crate::config::DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
                 address_map: Vec::new(),
                 tls: TlsSettings::default(),
                 redis_client: None,
@@ -332,11 +342,24 @@ impl Client {
     /// Redisson; each hears on a channel of its own when it is first in line. The same
     /// methods as any [`Lock`]: re-entry, the watchdog, leases, `try_lock_for`.
     ///
-    /// A waiter that gives up (out of time, or its future dropped) leaves the queue at
-    /// once. A waiting task asks Redis again at least every 5/3 s, which keeps its place:
-    /// a live waiter is never purged as dead however long it waits; one that stops
-    /// asking (crashed, or paused past 5 s) is dropped from the head of the queue and,
-    /// if it comes back, joins at the end. `try_lock` (no wait) never joins the queue.
+    /// Deadlines in the queue follow Redisson's arithmetic with the client's
+    /// [wait timeout](crate::ClientBuilder::fair_lock_wait_timeout) (Redisson's
+    /// `fairLockWaitTimeout`, 300 s by default; set it to the Java side's value): a
+    /// waiter joins with the deadline of the one before it plus the wait timeout, and
+    /// each grant takes the wait timeout off every other deadline. Whoever takes the lock,
+    /// a waiter of this crate or of Redisson, the others keep their places.
+    ///
+    /// A waiting task asks Redis again at least every third of the wait timeout (and at
+    /// least every 5/3 s), and each time raises its deadline to at least now + the wait
+    /// timeout per place from the head: a live waiter is never purged as dead however
+    /// long it waits, as long as each Redisson client waits with `lock()` or with a
+    /// `tryLock` wait no longer than its `fairLockWaitTimeout` (a longer one takes that
+    /// much off every deadline when it is granted). One that stops asking (crashed, or
+    /// paused for longer than the wait timeout) is passed over at its deadline: once it
+    /// is first in line, at most the wait timeout after its last attempt or the deadline
+    /// it joined with, whichever is later (`docs/protocol.md` 8.4 has the exact bound);
+    /// if it comes back, it joins at the end. A waiter that gives up (out of time, or its future dropped) leaves the
+    /// queue at once. `try_lock` (no wait) never joins the queue.
     pub fn fair_lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.inner.clone(), name.into(), false, Kind::Fair)
     }

@@ -176,6 +176,9 @@ pub(crate) struct Config {
     /// How long a published release saves the lock for the client first in line
     /// (`ZERO`: turns off).
     pub(crate) turn_window: Duration,
+    /// Redisson's `fairLockWaitTimeout`: the fair lock's deadlines are chained and
+    /// shortened by this much, as Redisson's are (`docs/protocol.md` 8).
+    pub(crate) fair_lock_wait_timeout: Duration,
     /// Addresses announced by sentinels, mapped to where this client reaches them.
     pub(crate) address_map: Vec<((String, u16), (String, u16))>,
     pub(crate) tls: TlsSettings,
@@ -230,6 +233,16 @@ impl std::fmt::Debug for TlsSettings {
 /// Default for [`ClientBuilder::turn_window`](crate::ClientBuilder::turn_window): how
 /// long a published release keeps the lock for the client whose turn it is.
 pub const DEFAULT_TURN_WINDOW: Duration = Duration::from_millis(10);
+
+/// Default for [`ClientBuilder::fair_lock_wait_timeout`](crate::ClientBuilder::fair_lock_wait_timeout):
+/// Redisson's default `fairLockWaitTimeout` (since 3.13.3), 300 s.
+pub const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The fair lock's wait timeout is kept between these: each waiter asks again every
+/// third of it, and deadlines of `now + place * timeout` must stay exact in Redis's
+/// double scores (2^40 ms is about 35 years; 2^53 ms is where doubles stop counting).
+pub(crate) const FAIR_WAIT_RANGE: (Duration, Duration) =
+    (Duration::from_millis(30), Duration::from_millis(1 << 40));
 
 /// Default time a waiting task keeps retrying through errors such as a failover.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);

@@ -66,6 +66,8 @@ enum Backend {
     Single {
         manager: NamedManager,
         client: redis::Client,
+        /// The server's `host:port`, as an error names it.
+        addr: String,
         config: Config,
         lanes: Lanes<MultiplexedConnection>,
         /// `ROLE` said the server has no replica (and nothing said otherwise since).
@@ -98,6 +100,7 @@ impl Conn {
                 };
                 Backend::Single {
                     manager: connect_manager(client.clone(), config).await?,
+                    addr: open::addr_of(&client),
                     client,
                     config: config.clone(),
                     lanes: Lanes::new(),
@@ -172,6 +175,24 @@ impl Conn {
             Backend::Sentinel(s) => Some(s.clone()),
             _ => None,
         }
+    }
+
+    /// The server this connection talks to, as an error names it: `host:port` of the
+    /// single server or the current Sentinel master, or the cluster's seed nodes.
+    pub(crate) fn addr(&self) -> String {
+        match &*self.backend {
+            Backend::Single { addr, .. } => addr.clone(),
+            #[cfg(feature = "sentinel")]
+            Backend::Sentinel(s) => s.addr(),
+            #[cfg(feature = "cluster")]
+            Backend::Cluster(c) => c.addrs.clone(),
+        }
+    }
+
+    /// Classifies an error of a command about `key` sent here (see
+    /// [`Error::from_redis`]).
+    pub(crate) fn error(&self, e: RedisError, key: &str) -> crate::error::Error {
+        crate::error::Error::from_redis(e, key, self.response_timeout, &self.addr())
     }
 
     /// Sends one command and returns its reply; server errors become `Err`.

@@ -209,8 +209,16 @@ pub enum Error {
     },
 
     /// Redis cannot be reached, or the connection broke.
-    #[error("Redis is unreachable: {0}")]
-    Unavailable(#[source] redis::RedisError),
+    #[error("Redis at {addr} is unreachable: {source}")]
+    Unavailable {
+        /// The server the client was talking to: `host:port` of a single server or of
+        /// the Sentinel master, the cluster's seed nodes, or the sentinels while none
+        /// named a master.
+        addr: String,
+        /// The driver's error.
+        #[source]
+        source: redis::RedisError,
+    },
 
     /// Any other error reported by Redis or the driver.
     #[error("Redis error: {0}")]
@@ -222,8 +230,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// Classifies a driver error. `key` names the lock the command touched, so that a
-    /// WRONGTYPE reply can say which key is wrong.
-    pub(crate) fn from_redis(err: redis::RedisError, key: &str, timeout: Duration) -> Error {
+    /// WRONGTYPE reply can say which key is wrong; `addr` the server it went to, so that
+    /// an outage says where.
+    pub(crate) fn from_redis(
+        err: redis::RedisError,
+        key: &str,
+        timeout: Duration,
+        addr: &str,
+    ) -> Error {
         // By the server's error code or the driver's kind, never by the message's words:
         // those differ between servers and versions. Our scripts give the failures they
         // can meet a code of their own (`NOPERM` for a refused publish, `BADTOKEN`).
@@ -271,7 +285,10 @@ impl Error {
             || err.is_connection_dropped()
             || err.is_unrecoverable_error()
         {
-            return Error::Unavailable(err);
+            return Error::Unavailable {
+                addr: addr.to_string(),
+                source: err,
+            };
         }
         Error::Redis(err)
     }
@@ -281,7 +298,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Error::Timeout { .. } | Error::Unavailable(_) | Error::NotReplicated { .. }
+            Error::Timeout { .. } | Error::Unavailable { .. } | Error::NotReplicated { .. }
         ) || matches!(self, Error::Redis(e) if is_failover_reply(e))
     }
 
@@ -291,7 +308,7 @@ impl Error {
     pub(crate) fn may_have_run(&self) -> bool {
         match self {
             Error::Timeout { .. } => true,
-            Error::Unavailable(e) => !e.is_connection_refusal(),
+            Error::Unavailable { source, .. } => !source.is_connection_refusal(),
             _ => false,
         }
     }

@@ -160,18 +160,32 @@ impl LockGuard {
 
     /// Completes when the lock is lost (see [`is_lost`](Self::is_lost)), at the latest
     /// when the confirmed lease runs out; pending while it is held. Race it against the
-    /// critical section to stop work that is no longer protected:
+    /// critical section to stop work that is no longer protected. When both are ready
+    /// at once (after a pause of the process, say) `select!` may take either branch,
+    /// so the job's branch checks [`is_lost`](Self::is_lost) before it records its
+    /// work:
     ///
     /// ```no_run
     /// # async fn demo(lock: redis_rlock::Lock) -> redis_rlock::Result<()> {
-    /// # async fn long_job() {}
+    /// # async fn long_job() -> u32 { 0 }
+    /// # async fn record(_: u32) {}
     /// let guard = lock.lock().await?;
     /// tokio::select! {
-    ///     _ = long_job() => guard.unlock().await?,
+    ///     result = long_job() => {
+    ///         if guard.is_lost() {
+    ///             eprintln!("lock lost; result not recorded");
+    ///         } else {
+    ///             record(result).await;
+    ///             guard.unlock().await?;
+    ///         }
+    ///     }
     ///     _ = guard.lost() => eprintln!("lock lost; job abandoned"),
     /// }
     /// # Ok(()) }
     /// ```
+    ///
+    /// `is_lost` narrows the window, not closes it: for writes that must never land
+    /// late, use a [`fenced_lock`](crate::Client::fenced_lock) and its token.
     ///
     /// # Cancel safety
     ///

@@ -19,9 +19,10 @@
 //! A ticket is settled exactly once, under its own mutex, by whichever side comes second:
 //! the unlock delivering a grant, or the waiter leaving (cancelled or out of time). A grant
 //! that finds its waiter gone is released by the unlocking side; a grant that arrived but
-//! was never taken is released by the leaving waiter. The one hold left to run out by its
-//! lease is a grant whose waiter stopped waiting for it because the unlock's future was
-//! not polled for longer than the unlock's own timeouts ([`Waiter::abandon_offer`]).
+//! was never taken is released by the leaving waiter. The one hold nobody releases is a
+//! grant whose waiter stopped waiting for it because the unlock's future was not polled
+//! for longer than the unlock's own timeouts ([`Waiter::abandon_offer`]): it ends with its
+//! lease, or the field's next call adopts it (`acquire.lua`'s `f`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -276,8 +277,9 @@ impl Waiter {
 
     /// Stops waiting for an offer that is not settled in time (its unlock's future is not
     /// being polled, say), and goes on with a fresh ticket in its old place. A grant that
-    /// arrives later is neither taken nor released: it ends with its lease, so that a
-    /// release by field cannot hit a hold this task takes meanwhile. Says what happened
+    /// arrives later is neither taken nor released: it ends with its lease unless this
+    /// field's next call adopts it, so that a release by field cannot hit a hold this
+    /// task takes meanwhile. Says what happened
     /// if the offer was settled after all.
     pub(crate) fn abandon_offer(&mut self) -> Woke {
         {

@@ -74,14 +74,30 @@ impl CountDownLatch {
     /// Sets the count if the latch does not exist (Redisson's `trySetCount`); returns
     /// whether it was set. Setting publishes `1` (Redisson's "new count").
     ///
+    /// `false` means the latch was there already, at whatever count an earlier run left
+    /// it, and nothing was written: waiting on it would open after that many
+    /// count-downs, not `count`. Do not let a `?` hide it. To start a new round over
+    /// that state, delete it first:
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redis_rlock::Client) -> redis_rlock::Result<()> {
+    /// let done = client.count_down_latch("batch-done");
+    /// if !done.try_set_count(10).await? {
+    ///     done.delete().await?;                 // the earlier run's count goes
+    ///     assert!(done.try_set_count(10).await?); // unless another process set it first
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidCount`](crate::Error::InvalidCount) for 0 (a latch at 0 does not
     /// exist), name errors ([`Error::NameNotClusterSafe`](crate::Error::NameNotClusterSafe)
     /// for a name with its own hash tag on a cluster: Redisson's channel for it lands in
     /// another slot), all before anything is sent;
-    /// [`Error::Closed`](crate::Error::Closed) after shutdown; transient errors as they
-    /// come.
+    /// [`Error::WrongType`](crate::Error::WrongType) when the key holds something else
+    /// than a count (nothing written); [`Error::Closed`](crate::Error::Closed) after
+    /// shutdown; transient errors as they come.
     ///
     /// # Cancel safety
     ///
@@ -98,9 +114,10 @@ impl CountDownLatch {
     ///
     /// # Errors
     ///
-    /// Name errors; [`Error::Redis`](crate::Error::Redis) when the key holds no
-    /// integer; [`Error::Closed`](crate::Error::Closed); transient errors (the
-    /// count-down may then have happened or not).
+    /// Name errors; [`Error::WrongType`](crate::Error::WrongType) when the key holds
+    /// something else than a count (nothing written);
+    /// [`Error::Closed`](crate::Error::Closed); transient errors (the count-down may then
+    /// have happened or not).
     ///
     /// # Cancel safety
     ///
@@ -108,6 +125,37 @@ impl CountDownLatch {
     pub async fn count_down(&self) -> Result<i64> {
         self.check()?;
         sync_raw::latch_count_down(&self.inner.conn, &self.name, &self.channel).await
+    }
+
+    /// Deletes the latch, as Redisson's `delete`, and returns whether it existed. A
+    /// delete publishes `1` (Redisson's "new count"), as Redisson's does.
+    ///
+    /// A latch that does not exist counts 0, so a deleted latch is open: this client's
+    /// waiters, woken by the message, return as if the count had reached 0 ([`wait`](Self::wait)
+    /// returns, [`wait_for`](Self::wait_for) answers `true`). Count-downs of the earlier
+    /// round change nothing until a count is set again; after that they count the new
+    /// round down, so stop the earlier round's workers first.
+    ///
+    /// # Errors
+    ///
+    /// Name errors; [`Error::WrongType`](crate::Error::WrongType) when the key holds
+    /// something else than a count (nothing deleted; Redisson's delete would take any
+    /// key); [`Error::Closed`](crate::Error::Closed); transient errors (the delete may
+    /// then have happened or not).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the delete sent or not.
+    pub async fn delete(&self) -> Result<bool> {
+        self.check()?;
+        sync_raw::count_delete(
+            &self.inner.conn,
+            &self.name,
+            &self.channel,
+            None,
+            Some(sync_raw::LATCH_NEW_COUNT_MESSAGE),
+        )
+        .await
     }
 
     /// The current count (0 when the latch does not exist).

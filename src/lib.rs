@@ -88,8 +88,8 @@ mod watchdog;
 
 pub use client::{
     Client, ClientBuilder, Deployment, ReplicaSync, ShardedPubSub, SyncFailure,
-    DEFAULT_CLIENT_NAME, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW,
-    DEFAULT_TURN_WINDOW, DEFAULT_WATCHDOG_TIMEOUT,
+    DEFAULT_CLIENT_NAME, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
+    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW, DEFAULT_TURN_WINDOW, DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use config::{MAX_DURATION, MAX_NAME_LEN};
 pub use error::{Error, Result};
@@ -122,7 +122,8 @@ pub mod protocol {
 
     /// The text the client sends for the script `lua/<file>` (`"acquire.lua"`, ...),
     /// with the prelude those that take or delete a lock start with
-    /// (`lua/lock_shape.lua`); `None` for a file that is no script of the crate. For
+    /// (`lua/lock_shape.lua`), or those that write a semaphore's or latch's count
+    /// (`lua/count_shape.lua`); `None` for a file that is no script of the crate. For
     /// tools and tests that run the scripts exactly as the client does.
     pub fn script_source(file: &str) -> Option<&'static str> {
         crate::scripts::source_of(file)

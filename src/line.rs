@@ -138,7 +138,15 @@ impl InLine<'_> {
             // not wait for its deadline (Redisson #1104, #2960, #3730, #6150).
             let field = self.field.clone();
             return Some(Box::pin(async move {
-                if let Err(e) = raw::fair_leave(&inner.conn, &name, Some(&field), false).await {
+                if let Err(e) = raw::fair_leave(
+                    &inner.conn,
+                    &name,
+                    Some(&field),
+                    false,
+                    inner.config.fair_lock_wait_timeout,
+                )
+                .await
+                {
                     tracing::debug!(lock = %name, error = %e, "could not leave the fair lock's queue; the place ends with its deadline");
                 }
             }));

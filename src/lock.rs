@@ -410,7 +410,14 @@ impl Lock {
             deleted
         } else if self.target.kind == Kind::Fair {
             inner.table.forget_name(name);
-            raw::fair_leave(&inner.conn, name, None, true).await?
+            raw::fair_leave(
+                &inner.conn,
+                name,
+                None,
+                true,
+                inner.config.fair_lock_wait_timeout,
+            )
+            .await?
         } else {
             inner.table.forget_name(name);
             raw::force_release(&inner.conn, name, channel).await?

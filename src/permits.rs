@@ -179,11 +179,26 @@ impl PermitExpirableSemaphore {
     /// Sets the number of permits if the semaphore does not exist yet (Redisson's
     /// `trySetPermits`); returns whether it was set.
     ///
+    /// `false` means the semaphore was there already, with whatever count and leases an
+    /// earlier run left, and nothing was written. To start a new round over that state,
+    /// delete it first:
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redis_rlock::Client) -> redis_rlock::Result<()> {
+    /// let slots = client.permit_expirable_semaphore("exports");
+    /// if !slots.try_set_permits(3).await? {
+    ///     slots.delete().await?;                 // count and leases of the earlier run go
+    ///     assert!(slots.try_set_permits(3).await?); // unless another process set it first
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// Name errors ([`Error::EmptyName`], [`Error::NameTooLong`],
-    /// [`Error::NameNotClusterSafe`]) before anything is sent; [`Error::Closed`] after
-    /// shutdown; transient errors as they come.
+    /// [`Error::NameNotClusterSafe`]) before anything is sent; [`Error::WrongType`] when
+    /// the key holds something else than a count (nothing written); [`Error::Closed`]
+    /// after shutdown; transient errors as they come.
     ///
     /// # Cancel safety
     ///
@@ -382,6 +397,38 @@ impl PermitExpirableSemaphore {
     pub async fn available_permits(&self) -> Result<i64> {
         self.check()?;
         sync_raw::permit_available(&self.inner.conn, &self.keys()).await
+    }
+
+    /// Deletes the semaphore's count and its lease set `{<name>}:timeout`, as
+    /// Redisson's `delete`, and returns whether either existed. Nothing is published.
+    ///
+    /// The permits held go with it: [`release`](Self::release) of one answers
+    /// [`Error::PermitNotHeld`] and [`update_lease_time`](Self::update_lease_time)
+    /// `false`. Waiters stay until their bound: a deleted semaphore has no permits, so
+    /// [`try_acquire`](Self::try_acquire) returns `None` at its deadline and
+    /// [`acquire`](Self::acquire) waits until permits are set again
+    /// ([`try_set_permits`](Self::try_set_permits) publishes, and wakes it).
+    ///
+    /// # Errors
+    ///
+    /// Name errors; [`Error::WrongType`] when the count or the lease set holds another
+    /// type (nothing deleted; Redisson's delete would take any key); [`Error::Closed`];
+    /// transient errors (the delete may then have happened or not).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the delete sent or not.
+    pub async fn delete(&self) -> Result<bool> {
+        self.check()?;
+        let keys = self.keys();
+        sync_raw::count_delete(
+            &self.inner.conn,
+            keys.name,
+            keys.channel,
+            Some(keys.timeout),
+            None,
+        )
+        .await
     }
 }
 

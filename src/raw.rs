@@ -60,7 +60,7 @@ pub(crate) use flags::Line;
 use replies::{AcquireReply, UnlockReply};
 use undo::rollback;
 
-pub(crate) use fair::{fair_leave, waiter_channel, QUEUE_TIMEOUT as FAIR_QUEUE_TIMEOUT};
+pub(crate) use fair::{fair_leave, waiter_channel, RECHECK as FAIR_RECHECK};
 pub use fair::{queue_key, timeout_key};
 pub(crate) use force::force_release;
 pub use force::{events_channel, FORCE_UNLOCK_EVENT};
@@ -207,6 +207,8 @@ pub(crate) struct AcquireCall<'a> {
     /// How long a published release keeps the lock for the next client in line (`ZERO`:
     /// turns off; see `lua/acquire.lua`).
     pub(crate) turn_window: Duration,
+    /// The fair lock's wait timeout (`ClientBuilder::fair_lock_wait_timeout`).
+    pub(crate) fair_wait: Duration,
     /// The caller waits if the lock is busy: the client joins the line.
     pub(crate) waits: bool,
     /// What a first grant does to the client's place in the line.
@@ -248,7 +250,7 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
     let reply = script
         .run(conn)
         .await
-        .map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
+        .map_err(|e| conn.error(e, call.name))?;
     let (reply, synced) = reply;
     let decoded =
         AcquireReply::from_redis_value(reply.clone()).map_err(|_| unexpected("acquire", &reply))?;
@@ -336,8 +338,7 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         Some(_) => script.run(conn).await,
         None => script.run_unsynced(conn).await,
     };
-    let (reply, synced) =
-        sent.map_err(|e| Error::from_redis(e, call.name, conn.response_timeout))?;
+    let (reply, synced) = sent.map_err(|e| conn.error(e, call.name))?;
     let decoded =
         UnlockReply::from_redis_value(reply.clone()).map_err(|_| unexpected("unlock", &reply))?;
     match decoded {
@@ -411,10 +412,7 @@ pub(crate) async fn renewed(
         call = call.arg(field);
     }
     let first = batch.first().map(|b| b.0).unwrap_or("");
-    let (reply, _) = call
-        .run(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, first, conn.response_timeout))?;
+    let (reply, _) = call.run(conn).await.map_err(|e| conn.error(e, first))?;
     match reply {
         Value::Array(items) if items.len() == batch.len() => Ok(items
             .into_iter()
@@ -431,10 +429,7 @@ pub(crate) async fn one_or_zero(
     name: &str,
     what: &str,
 ) -> Result<bool> {
-    let (reply, _) = call
-        .run(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
+    let (reply, _) = call.run(conn).await.map_err(|e| conn.error(e, name))?;
     match i64::from_redis_value(reply.clone()) {
         Ok(n) => Ok(n == 1),
         Err(_) => Err(unexpected(what, &reply)),
@@ -443,9 +438,7 @@ pub(crate) async fn one_or_zero(
 
 /// Runs a plain command that reads the lock's key.
 pub(crate) async fn query(conn: &Conn, name: &str, cmd: redis::Cmd) -> Result<Value> {
-    conn.query(&cmd)
-        .await
-        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))
+    conn.query(&cmd).await.map_err(|e| conn.error(e, name))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use crate::policy::run::Settled;
 use crate::queue::{Grant, Offer, Terms, Ticket};
 use crate::raw::{self, Kind, Release, ReleaseCall};
 use crate::services::ClientInner;
+use crate::table::Unanswered;
 use crate::target::{Hold, ATTEMPTS};
 
 /// The longest pause of this client's acquires after it ended a run of hand-overs
@@ -19,6 +20,11 @@ const MAX_PAUSE: Duration = Duration::from_millis(20);
 
 /// What the hold-back set before a release is sent counts for the round trip.
 const SENT_PAUSE: Duration = Duration::from_millis(2);
+
+/// How long a retried release's outcome is kept in its latch, for copies of its earlier
+/// sends that reach Redis late (a connection given up with a send in its buffer, whose
+/// bytes get through once a partition heals): a copy later than this is not guarded.
+pub(crate) const LATE_COPIES: Duration = Duration::from_secs(600);
 
 /// Releases a hold nobody will use, in the background.
 pub(crate) fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
@@ -142,6 +148,54 @@ pub(crate) async fn release_hold(
     }
 }
 
+/// Sends again, as a retry, a release of `hold`'s field that got no answer (see
+/// [`Unanswered`]), before the field's next acquire. On an error it stays recorded, and
+/// the acquire fails with it: a new hold must not meet a late copy of that release.
+///
+/// # Errors
+///
+/// The retry's own error (Redis unreachable, or a reply lost again).
+pub(crate) async fn settle_unanswered(
+    inner: &Arc<ClientInner>,
+    hold: &Hold,
+    u: Unanswered,
+) -> Result<()> {
+    let call = ReleaseCall {
+        name: &hold.name,
+        channel: &hold.channel,
+        token_key: &hold.token_key,
+        latch: &u.latch,
+        field: &hold.field,
+        next: None,
+        keep: u.keep,
+        holds: u.holds,
+        latch_ttl: LATE_COPIES,
+        retry: true,
+        fenced: hold.fenced,
+        kind: hold.kind,
+        turn_window: inner.config.turn_window,
+        gives_way: false,
+        ends_run: false,
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match raw::release(&inner.conn, &call).await {
+            Ok(r) => {
+                tracing::debug!(lock = %hold.name, outcome = ?r, "an unanswered release is settled");
+                return Ok(());
+            }
+            Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
+                tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
+            }
+            Err(e) => {
+                inner.table.set_unanswered(&hold.name, &hold.field, u);
+                return Err(e);
+            }
+        }
+    }
+}
+
 /// Sends one release and settles the offer riding on it. A transient failure is retried
 /// with the same request id, so a retry of an unlock that did run replays its outcome
 /// instead of counting down twice (or handing over twice). `ends_streak`: the release
@@ -184,8 +238,10 @@ async fn send_release(
             // lost first send released it.
             Ok(Release::NotHeld) if call.retry => break Ok(Release::Released),
             Ok(r) => {
-                if matches!(r, Release::StillHeld | Release::HandedOver { .. }) {
-                    // The latch only matters to retries of this call, which are over.
+                // The latch only matters to other sends of this call. Once one was
+                // retried, an earlier send may still be on its way (a dead connection's
+                // buffer): the latch is kept, for it to find (`unlock.lua`).
+                if !call.retry && matches!(r, Release::StillHeld | Release::HandedOver { .. }) {
                     inner.janitor.discard(latch);
                 }
                 break Ok(r);
@@ -193,9 +249,20 @@ async fn send_release(
             Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                 tracing::debug!(attempt, error = %e, "unlock reply lost; retrying with the same request id");
                 call.retry = true;
+                call.latch_ttl = call.latch_ttl.max(LATE_COPIES);
                 tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
             }
-            Err(e) => break Err(e),
+            Err(e) => {
+                if e.may_have_run() {
+                    let u = Unanswered {
+                        latch: latch.clone(),
+                        holds,
+                        keep,
+                    };
+                    inner.table.set_unanswered(&hold.name, &hold.field, u);
+                }
+                break Err(e);
+            }
         }
     };
     let released = outcome.as_ref().is_ok_and(|r| *r == Release::Released);

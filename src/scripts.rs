@@ -83,6 +83,17 @@ pub(crate) static FAIR_UNLOCK: Lazy<LuaScript> =
 pub(crate) static FAIR_LEAVE: Lazy<LuaScript> =
     Lazy::new(|| LuaScript::new(shaped!("fair_leave.lua"), |_| true));
 
+/// A script that writes a semaphore's or latch's count, behind `lua/count_shape.lua`,
+/// which answers WRONGTYPE for a key that holds no count.
+macro_rules! counted {
+    ($file:literal) => {
+        concat!(
+            include_str!("../lua/count_shape.lua"),
+            include_str!(concat!("../lua/", $file))
+        )
+    };
+}
+
 /// Takes semaphore permits (`lua/semaphore_acquire.lua`).
 pub(crate) static SEMAPHORE_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(include_str!("../lua/semaphore_acquire.lua"), |v| {
@@ -96,11 +107,8 @@ pub(crate) static SEMAPHORE_RELEASE: Lazy<LuaScript> = Lazy::new(|| {
     })
 });
 /// Sets a semaphore's permits if absent (`lua/semaphore_set.lua`).
-pub(crate) static SEMAPHORE_SET: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(include_str!("../lua/semaphore_set.lua"), |v| {
-        *v == Value::Int(1)
-    })
-});
+pub(crate) static SEMAPHORE_SET: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(counted!("semaphore_set.lua"), |v| *v == Value::Int(1)));
 /// Drains a semaphore (`lua/semaphore_drain.lua`).
 pub(crate) static SEMAPHORE_DRAIN: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(include_str!("../lua/semaphore_drain.lua"), |v| {
@@ -109,28 +117,28 @@ pub(crate) static SEMAPHORE_DRAIN: Lazy<LuaScript> = Lazy::new(|| {
 });
 /// Takes expirable permits (`lua/permit_acquire.lua`).
 pub(crate) static PERMIT_ACQUIRE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/permit_acquire.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(counted!("permit_acquire.lua"), |_| true));
 /// Gives expirable permits back (`lua/permit_release.lua`).
 pub(crate) static PERMIT_RELEASE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/permit_release.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(counted!("permit_release.lua"), |_| true));
 /// Renews a permit's lease (`lua/permit_update.lua`).
 pub(crate) static PERMIT_UPDATE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/permit_update.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(counted!("permit_update.lua"), |_| true));
 /// Renews the leases of a batch of permits (`lua/permit_renew.lua`).
 pub(crate) static PERMIT_RENEW: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/permit_renew.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(counted!("permit_renew.lua"), |_| true));
 /// Counts expirable permits (`lua/permit_available.lua`).
 pub(crate) static PERMIT_AVAILABLE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/permit_available.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(counted!("permit_available.lua"), |_| true));
 /// Counts a latch down (`lua/latch_count_down.lua`).
 pub(crate) static LATCH_COUNT_DOWN: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/latch_count_down.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(counted!("latch_count_down.lua"), |_| true));
 /// Sets a latch's count if absent (`lua/latch_set.lua`).
-pub(crate) static LATCH_SET: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(include_str!("../lua/latch_set.lua"), |v| {
-        *v == Value::Int(1)
-    })
-});
+pub(crate) static LATCH_SET: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(counted!("latch_set.lua"), |v| *v == Value::Int(1)));
+/// Deletes a semaphore or latch (`lua/count_delete.lua`).
+pub(crate) static COUNT_DELETE: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(counted!("count_delete.lua"), |v| *v == Value::Int(1)));
 /// The read-write lock's read acquire (`lua/read_acquire.lua`).
 pub(crate) static READ_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
@@ -187,6 +195,7 @@ pub(crate) fn source_of(file: &str) -> Option<&'static str> {
         "permit_available.lua" => &PERMIT_AVAILABLE,
         "latch_count_down.lua" => &LATCH_COUNT_DOWN,
         "latch_set.lua" => &LATCH_SET,
+        "count_delete.lua" => &COUNT_DELETE,
         "read_acquire.lua" => &READ_ACQUIRE,
         "write_acquire.lua" => &WRITE_ACQUIRE,
         "read_unlock.lua" => &READ_UNLOCK,

@@ -88,11 +88,26 @@ impl Semaphore {
     /// `trySetPermits`); returns whether it was set. A count above 0 is published, so
     /// waiters (of Redisson too) try at once.
     ///
+    /// `false` means the semaphore was there already, with whatever count an earlier
+    /// run left in it (permits it leaked included), and nothing was written. To start a
+    /// new round over that state, delete it first:
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redis_rlock::Client) -> redis_rlock::Result<()> {
+    /// let slots = client.semaphore("exports");
+    /// if !slots.try_set_permits(3).await? {
+    ///     slots.delete().await?;                 // the earlier run's count goes
+    ///     assert!(slots.try_set_permits(3).await?); // unless another process set it first
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// Name errors ([`Error::EmptyName`], [`Error::NameTooLong`],
-    /// [`Error::NameNotClusterSafe`]) before anything is sent; [`Error::Closed`] after
-    /// shutdown; [`Error::PermissionDenied`]; transient errors as they come.
+    /// [`Error::NameNotClusterSafe`]) before anything is sent; [`Error::WrongType`] when
+    /// the key holds something else than a count (nothing written); [`Error::Closed`]
+    /// after shutdown; [`Error::PermissionDenied`]; transient errors as they come.
     ///
     /// # Cancel safety
     ///
@@ -365,5 +380,31 @@ impl Semaphore {
         )
         .await?;
         Ok(())
+    }
+
+    /// Deletes the semaphore's key, as Redisson's `delete`, and returns whether it
+    /// existed. Nothing is published (Redisson publishes nothing either).
+    ///
+    /// Permits taken before are not owed back: a later [`release`](Self::release)
+    /// answers [`Error::NoSuchSemaphore`] and creates nothing, until the semaphore is set
+    /// again; after that, such a release would add to the new count, so stop the
+    /// earlier round's holders first. Waiters stay until their bound: a deleted
+    /// semaphore has no permits, so [`try_acquire_for`](Self::try_acquire_for) returns
+    /// `false` at its deadline and [`acquire`](Self::acquire) waits until permits are
+    /// set again ([`try_set_permits`](Self::try_set_permits) and
+    /// [`add_permits`](Self::add_permits) publish, and wake it).
+    ///
+    /// # Errors
+    ///
+    /// Name errors; [`Error::WrongType`] when the key holds something else than a
+    /// count (nothing deleted; Redisson's delete would take any key); [`Error::Closed`];
+    /// transient errors (the delete may then have happened or not).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the delete sent or not.
+    pub async fn delete(&self) -> Result<bool> {
+        self.check()?;
+        sync_raw::count_delete(&self.inner.conn, &self.name, &self.channel, None, None).await
     }
 }

@@ -11,9 +11,9 @@ use crate::connection::{Conn, Synced};
 use crate::error::{Error, Result};
 use crate::raw::prefixed;
 use crate::scripts::{
-    ScriptCall, LATCH_COUNT_DOWN, LATCH_SET, PERMIT_ACQUIRE, PERMIT_AVAILABLE, PERMIT_RELEASE,
-    PERMIT_RENEW, PERMIT_UPDATE, SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE,
-    SEMAPHORE_SET,
+    ScriptCall, COUNT_DELETE, LATCH_COUNT_DOWN, LATCH_SET, PERMIT_ACQUIRE, PERMIT_AVAILABLE,
+    PERMIT_RELEASE, PERMIT_RENEW, PERMIT_UPDATE, SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN,
+    SEMAPHORE_RELEASE, SEMAPHORE_SET,
 };
 use crate::slot::{has_hash_tag, key_slot};
 
@@ -88,9 +88,7 @@ fn unexpected(what: &str, v: &Value) -> Error {
 }
 
 async fn run(call: ScriptCall, conn: &Conn, name: &str) -> Result<(Value, Synced)> {
-    call.run(conn)
-        .await
-        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))
+    call.run(conn).await.map_err(|e| conn.error(e, name))
 }
 
 fn int(what: &str, v: Value) -> Result<i64> {
@@ -210,7 +208,7 @@ pub(crate) async fn read_count(conn: &Conn, name: &str) -> Result<i64> {
     let v = conn
         .query(redis::cmd("GET").arg(name))
         .await
-        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))?;
+        .map_err(|e| conn.error(e, name))?;
     match v {
         Value::Nil => Ok(0),
         v => i64::from_redis_value(v).map_err(|_| Error::WrongType {
@@ -356,6 +354,27 @@ pub(crate) async fn latch_set(conn: &Conn, name: &str, channel: &str, n: u32) ->
         .arg(n)
         .arg(conn.publish_command());
     Ok(int("latch set", run(call, conn, name).await?.0)? == 1)
+}
+
+/// Deletes a semaphore's or latch's count and, for a permit-expirable semaphore, its
+/// lease set; whether anything was there. `announce` is the latch's message, published
+/// when its count was deleted.
+pub(crate) async fn count_delete(
+    conn: &Conn,
+    name: &str,
+    channel: &str,
+    leases: Option<&str>,
+    announce: Option<&str>,
+) -> Result<bool> {
+    let mut call = COUNT_DELETE.call().key(name).key(channel);
+    if let Some(leases) = leases {
+        call = call.key(leases);
+    }
+    let call = match announce {
+        Some(message) => call.arg(conn.publish_command()).arg(message),
+        None => call.arg("").arg(""),
+    };
+    Ok(int("delete", run(call, conn, name).await?.0)? == 1)
 }
 
 #[cfg(test)]

@@ -83,6 +83,18 @@ struct Watched {
     entry: Arc<WatchEntry>,
 }
 
+/// A release of a field that no send of which was answered: a copy of it may still
+/// reach Redis. The field's next acquire first sends it again, as a retry, so that any
+/// copy arriving after that finds its outcome in the latch instead of releasing the new
+/// hold (`release::settle_unanswered`).
+#[derive(Clone, Debug)]
+pub(crate) struct Unanswered {
+    /// The release's latch, named by its request id.
+    pub(crate) latch: String,
+    pub(crate) holds: u32,
+    pub(crate) keep: Option<Duration>,
+}
+
 /// What the client knows of one holder field of one name.
 struct Holder {
     /// The layout of the holds (set when one is taken; a field holds one kind).
@@ -94,6 +106,7 @@ struct Holder {
     in_flight: u32,
     /// Told when `in_flight` drops to 0; made only when someone waits for that.
     settled: Option<Arc<Notify>>,
+    unanswered: Option<Unanswered>,
 }
 
 impl Default for Holder {
@@ -104,6 +117,7 @@ impl Default for Holder {
             fixed: 0,
             in_flight: 0,
             settled: None,
+            unanswered: None,
         }
     }
 }
@@ -114,7 +128,7 @@ impl Holder {
     }
 
     fn unused(&self) -> bool {
-        !self.holds() && self.in_flight == 0
+        !self.holds() && self.in_flight == 0 && self.unanswered.is_none()
     }
 }
 
@@ -228,6 +242,11 @@ impl Table {
             e.in_line = e.in_line.saturating_sub(1);
             e.in_line == 0
         })
+    }
+
+    /// Records a release of `(name, field)` that got no answer (see [`Unanswered`]).
+    pub(crate) fn set_unanswered(&self, name: &Arc<str>, field: &Arc<str>, u: Unanswered) {
+        self.with_holder(name, field, |h, _| h.unanswered = Some(u));
     }
 
     /// Records a request of `(name, field)` in flight until the guard is dropped.

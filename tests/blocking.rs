@@ -23,7 +23,7 @@ fn client(server: &RedisServer, watchdog: Duration) -> Client {
         .watchdog_timeout(watchdog)
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_secs(1))
-        .build_blocking()
+        .build()
         .unwrap()
 }
 
@@ -219,8 +219,8 @@ async fn spawn_blocking_works_on_a_current_thread_runtime_with_either_runtime() 
     let url = server.url();
     let handle = tokio::runtime::Handle::current();
     let done = tokio::task::spawn_blocking(move || {
-        let own = Client::builder(&url).build_blocking().unwrap();
-        let given = Client::builder(&url).build_blocking_on(handle).unwrap();
+        let own = Client::builder(&url).build().unwrap();
+        let given = Client::builder(&url).build_on(handle).unwrap();
         for (c, name) in [(&own, "bl:sb:own"), (&given, "bl:sb:given")] {
             let lock = c.lock(name);
             let g = lock.lock().unwrap();
@@ -250,10 +250,10 @@ async fn a_call_on_a_current_thread_runtime_is_refused_with_a_typed_error() {
     let server = RedisServer::start();
     let url = server.url();
     assert!(matches!(
-        Client::builder(&url).build_blocking(),
+        Client::builder(&url).build(),
         Err(Error::BlockingNotAllowed)
     ));
-    let c = tokio::task::spawn_blocking(move || Client::builder(&url).build_blocking())
+    let c = tokio::task::spawn_blocking(move || Client::builder(&url).build())
         .await
         .unwrap()
         .unwrap();
@@ -287,7 +287,7 @@ async fn a_call_on_a_current_thread_runtime_is_refused_with_a_typed_error() {
 async fn a_call_on_a_multi_thread_runtime_blocks_in_place() {
     let server = RedisServer::start();
     // On the thread running the test's own future.
-    let c = Client::builder(server.url()).build_blocking().unwrap();
+    let c = Client::builder(server.url()).build().unwrap();
     let lock = c.lock("bl:mt");
     let g = lock.lock().unwrap();
     assert!(lock.is_locked().unwrap());

@@ -21,7 +21,7 @@ fn client(server: &RedisServer, watchdog: Duration) -> Client {
         .watchdog_timeout(watchdog)
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_secs(1))
-        .build_blocking()
+        .build()
         .unwrap()
 }
 

@@ -281,3 +281,28 @@ async fn an_acl_without_client_still_locks() {
         .unwrap();
     g.unlock().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_urls_work_in_the_cli() {
+    let s = RedisServer::start();
+    let url = s.url().replace("redis://", "valkey://");
+    let c = Client::connect(&url).await.unwrap();
+    let guard = c.lock("cli:valkey").lock().await.unwrap();
+    let listed = rlock_async(url.clone(), &["list", "cli:valkey*"]).await;
+    assert_eq!(
+        listed.status.code(),
+        Some(0),
+        "{}",
+        cli_common::stderr(&listed)
+    );
+    assert!(cli_common::stdout(&listed).contains("cli:valkey"));
+    let forced = rlock_async(url, &["force-unlock", "cli:valkey"]).await;
+    assert_eq!(
+        forced.status.code(),
+        Some(0),
+        "{}",
+        cli_common::stderr(&forced)
+    );
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "cli:valkey"]), 0);
+    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+}

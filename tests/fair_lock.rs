@@ -8,6 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::redisson_fair::FairPeer;
 use common::RedisServer;
 use parking_lot::Mutex;
 use redis_rlock::protocol::{queue_key, timeout_key};
@@ -150,11 +151,18 @@ async fn a_wait_out_of_time_before_its_first_answer_leaves_no_place() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_live_waiter_outlasting_the_queue_timeout_keeps_its_place() {
+async fn a_live_waiter_outlasting_the_wait_timeout_keeps_its_place() {
     let s = RedisServer::start();
-    let holder = Client::connect(s.url()).await.unwrap();
-    let first = Client::connect(s.url()).await.unwrap();
-    let second = Client::connect(s.url()).await.unwrap();
+    // Deadlines given on joining: the holder's PTTL (under 0.9 s) + 1 s per place.
+    let build = || {
+        Client::builder(s.url())
+            .watchdog_timeout(Duration::from_millis(900))
+            .fair_lock_wait_timeout(Duration::from_secs(1))
+            .build()
+    };
+    let holder = build().await.unwrap();
+    let first = build().await.unwrap();
+    let second = build().await.unwrap();
     let g = holder.fair_lock("fl:live").lock().await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let spawn = |c: Client, who: &'static str| {
@@ -169,8 +177,8 @@ async fn a_live_waiter_outlasting_the_queue_timeout_keeps_its_place() {
     assert!(common::eventually(Duration::from_secs(5), || queue(&s, "fl:live").len() == 1).await);
     let b = spawn(second, "second");
     assert!(common::eventually(Duration::from_secs(5), || queue(&s, "fl:live").len() == 2).await);
-    // Longer than the 5 s queue timeout: Redisson would purge the first as dead (#3004).
-    tokio::time::sleep(Duration::from_millis(6500)).await;
+    // Well past those deadlines: Redisson would purge the first as dead (#3004).
+    tokio::time::sleep(Duration::from_millis(4000)).await;
     assert_eq!(queue(&s, "fl:live").len(), 2, "a live waiter was purged");
     g.unlock().await.unwrap();
     for w in [a, b] {
@@ -214,91 +222,14 @@ async fn a_crashed_waiter_at_the_head_is_passed_over_after_its_deadline() {
     assert!(queue(&s, "fl:crash").is_empty());
 }
 
-/// Redisson's fair acquire and unlock, typed in from the facts (`RedissonFairLock`): the
-/// client's clock in ARGV, the head notified on `<channel>:<field>`.
-const PEER_ACQUIRE: &str = r#"
-local now = tonumber(ARGV[4])
-while true do
-  local head = redis.call('lindex', KEYS[2], 0)
-  if head == false then break end
-  local t = tonumber(redis.call('zscore', KEYS[3], head))
-  if t > now then break end
-  redis.call('zrem', KEYS[3], head); redis.call('lpop', KEYS[2])
-end
-if redis.call('exists', KEYS[1]) == 0 and
-   (redis.call('exists', KEYS[2]) == 0 or redis.call('lindex', KEYS[2], 0) == ARGV[2]) then
-  redis.call('lpop', KEYS[2]); redis.call('zrem', KEYS[3], ARGV[2])
-  local rest = redis.call('zrange', KEYS[3], 0, -1)
-  for i = 1, #rest do redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), rest[i]) end
-  redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1])
-  return nil
-end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1])
-  return nil
-end
-local t = redis.call('zscore', KEYS[3], ARGV[2])
-if t ~= false then return math.max(0, redis.call('pttl', KEYS[1])) end
-local last = redis.call('lindex', KEYS[2], -1)
-local base
-if last ~= false and last ~= ARGV[2] then
-  base = tonumber(redis.call('zscore', KEYS[3], last)) - now
-else
-  base = redis.call('pttl', KEYS[1])
-end
-local deadline = base + tonumber(ARGV[3]) + now
-if redis.call('zadd', KEYS[3], deadline, ARGV[2]) == 1 then redis.call('rpush', KEYS[2], ARGV[2]) end
-return base
-"#;
-
-const PEER_UNLOCK: &str = r#"
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end
-local n = redis.call('hincrby', KEYS[1], ARGV[2], -1)
-if n > 0 then return 0 end
-redis.call('del', KEYS[1])
-local head = redis.call('lindex', KEYS[2], 0)
-if head then redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1]) end
-return 1
-"#;
-
-fn peer_acquire(s: &RedisServer, name: &str, field: &str) -> Option<i64> {
-    let mut conn = s.conn();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    redis::Script::new(PEER_ACQUIRE)
-        .key(name)
-        .key(queue_key(name))
-        .key(timeout_key(name))
-        .arg(30_000)
-        .arg(field)
-        .arg(300_000)
-        .arg(now)
-        .invoke(&mut conn)
-        .unwrap()
-}
-
-fn peer_unlock(s: &RedisServer, name: &str, field: &str) -> Option<i64> {
-    let mut conn = s.conn();
-    redis::Script::new(PEER_UNLOCK)
-        .key(name)
-        .key(queue_key(name))
-        .key(timeout_key(name))
-        .key(redis_rlock::protocol::channel_name(name))
-        .arg("0")
-        .arg(field)
-        .invoke(&mut conn)
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redisson_peer_and_this_crate_queue_behind_and_wake_each_other() {
     let s = RedisServer::start();
     let c = Client::connect(s.url()).await.unwrap();
-    let peer = "11111111-2222-4333-8444-555555555555:1";
+    let fair_peer = FairPeer::new(&s.url(), "fl:peer", 1, Duration::from_secs(300));
+    let peer = fair_peer.field.as_str();
     // The peer holds; our waiter queues, and the peer's unlock wakes it on its channel.
-    assert_eq!(peer_acquire(&s, "fl:peer", peer), None);
+    assert_eq!(fair_peer.try_acquire(), None);
     let ours = tokio::spawn({
         let l = c.fair_lock("fl:peer");
         async move {
@@ -312,7 +243,7 @@ async fn a_redisson_peer_and_this_crate_queue_behind_and_wake_each_other() {
     assert!(common::eventually(Duration::from_secs(5), || queue(&s, "fl:peer").len() == 1).await);
     // The peer comes back to wait behind ours.
     let released = Instant::now();
-    assert_eq!(peer_unlock(&s, "fl:peer", peer), Some(1));
+    assert_eq!(fair_peer.unlock(), Some(1));
     let got_at = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
             if s.cmd::<i64>(&["EXISTS", "fl:peer"]) == 1 {
@@ -327,10 +258,7 @@ async fn a_redisson_peer_and_this_crate_queue_behind_and_wake_each_other() {
         got_at.duration_since(released) < Duration::from_millis(500),
         "woken by its bound, not by the peer's message"
     );
-    assert!(
-        peer_acquire(&s, "fl:peer", peer).is_some(),
-        "the peer barged in"
-    );
+    assert!(fair_peer.try_acquire().is_some(), "the peer barged in");
     assert_eq!(queue(&s, "fl:peer"), [peer], "the peer waits in line");
     // Our unlock notifies the peer on its own channel, and the peer then takes it.
     let mut sub = s.conn();
@@ -347,8 +275,8 @@ async fn a_redisson_peer_and_this_crate_queue_behind_and_wake_each_other() {
     let msg = tokio::task::block_in_place(|| pubsub.get_message()).expect("the peer was not told");
     assert_eq!(msg.get_payload::<String>().unwrap(), "0");
     ours.await.unwrap();
-    assert_eq!(peer_acquire(&s, "fl:peer", peer), None, "the peer's turn");
-    assert_eq!(peer_unlock(&s, "fl:peer", peer), Some(1));
+    assert_eq!(fair_peer.try_acquire(), None, "the peer's turn");
+    assert_eq!(fair_peer.unlock(), Some(1));
     assert!(queue(&s, "fl:peer").is_empty());
 }
 
@@ -425,6 +353,6 @@ async fn after_a_crashed_holders_lease_ends_the_queue_is_served_in_order() {
     }
     let order = order.lock().clone();
     assert_eq!(order.iter().map(|o| o.0).collect::<Vec<_>>(), [0, 1, 2]);
-    // The first asks again within a third of the queue timeout after the lease ends.
+    // The first asks again within 5/3 s (a third of the recheck period) after the lease ends.
     assert!(order[0].1.duration_since(started) < Duration::from_secs(3));
 }

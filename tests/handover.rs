@@ -213,12 +213,12 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
     let mut conn = s.conn();
     let script = redis::Script::new(include_str!("../lua/unlock.lua"));
     // Flags: `F` fenced, `r` a retry (`docs/protocol.md` 2.2).
-    let run = |conn: &mut redis::Connection, next: &str, retry: &str| -> redis::Value {
+    let run = |conn: &mut redis::Connection, next: &str, retry: &str, id: &str| -> redis::Value {
         let flags = if retry == "1" { "Fr" } else { "F" };
         script
             .key("ho-lua")
             .key(redis_rlock::protocol::channel_name("ho-lua"))
-            .key("redisson_unlock_latch:{ho-lua}:r1")
+            .key(format!("redisson_unlock_latch:{{ho-lua}}:{id}"))
             .key(redis_rlock::protocol::token_key("ho-lua"))
             .arg(0)
             .arg("c:1")
@@ -234,10 +234,10 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
     let _: () = s.cmd(&["HSET", "ho-lua", "c:1", "1"]);
     let _: () = s.cmd(&["SET", "redisson_lock_token:{ho-lua}", "41"]);
     let granted = redis::Value::Array(vec![redis::Value::Int(2), redis::Value::Int(42)]);
-    assert_eq!(run(&mut conn, "c:2", "0"), granted);
+    assert_eq!(run(&mut conn, "c:2", "0", "r1"), granted);
     let writes = s.calls("pexpire");
     assert_eq!(
-        run(&mut conn, "c:2", "1"),
+        run(&mut conn, "c:2", "1", "r1"),
         granted,
         "the retry replays the grant"
     );
@@ -248,8 +248,8 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
     assert_eq!(s.cmd::<i64>(&["HGET", "ho-lua", "c:2"]), 1, "granted once");
     let pttl = s.cmd::<i64>(&["PTTL", "ho-lua"]);
     assert!(pttl > 0 && pttl <= 5_000, "the next holder's lease: {pttl}");
-    // A fresh send by the old holder finds nothing to release.
-    assert_eq!(run(&mut conn, "c:3", "0"), redis::Value::Nil);
+    // A new request of the old holder finds nothing to release.
+    assert_eq!(run(&mut conn, "c:3", "0", "r2"), redis::Value::Nil);
     assert_eq!(s.calls("publish"), 0);
 }
 

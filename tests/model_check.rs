@@ -27,30 +27,7 @@ fn run_dfs(name: &str, cfg: Config) -> Report {
 }
 
 fn report(name: &str, explore: impl FnOnce() -> Report) -> Report {
-    mc::cache::clear();
-    let report = explore();
-    let (hits, runs) = mc::cache::clear();
-    println!(
-        "{} (scripts: {runs} run, {hits} from the cache)",
-        report.summary(name)
-    );
-    for c in &report.found {
-        println!(
-            "  counterexample for '{}' ({} steps):",
-            c.property,
-            c.trace.len() - 1
-        );
-        for line in &c.trace {
-            println!("    {line}");
-        }
-    }
-    report
-}
-
-fn broken(r: &Report) -> Vec<&'static str> {
-    let mut b: Vec<&'static str> = r.found.iter().map(|c| c.property).collect();
-    b.sort();
-    b
+    mc::cache::measured(name, explore)
 }
 
 #[test]
@@ -82,7 +59,7 @@ fn one_client_with_redisson_keeps_every_property() {
 #[test]
 fn a_subscribed_redisson_waiter_is_not_passed_over() {
     let r = run("two_and_waiter", configs::two_and_waiter());
-    assert!(r.found.is_empty(), "{:?}", broken(&r));
+    assert!(r.found.is_empty(), "{:?}", r.broken());
 }
 
 /// Finding 1, fixed: a Redisson `tryLock()` poller was passed over by direct grants
@@ -92,7 +69,7 @@ fn a_subscribed_redisson_waiter_is_not_passed_over() {
 fn finding_1_no_chain_of_grants_passes_a_poller_over() {
     let r = run("direct_chain", configs::direct_chain());
     assert!(r.found(BYPASS).is_none(), "finding 1 found again");
-    assert!(r.found.is_empty(), "{:?}", broken(&r));
+    assert!(r.found.is_empty(), "{:?}", r.broken());
 }
 
 /// Finding 2, fixed: a direct grant's LPOP then RPUSH left the line without a TTL (the
@@ -100,7 +77,7 @@ fn finding_1_no_chain_of_grants_passes_a_poller_over() {
 #[test]
 fn finding_2_the_line_keeps_its_ttl() {
     let r = run("keep_naming", configs::keep_naming());
-    assert!(r.found.is_empty(), "{:?}", broken(&r));
+    assert!(r.found.is_empty(), "{:?}", r.broken());
 }
 
 /// Finding 4, fixed: a join set the line's and the namings' TTL to twice its own lease
@@ -120,7 +97,7 @@ fn finding_4_a_short_join_keeps_places() {
 #[test]
 fn no_turn_left_over_after_a_redisson_holder() {
     let r = run("short_join", configs::short_join());
-    assert!(r.found.is_empty(), "{:?}", broken(&r));
+    assert!(r.found.is_empty(), "{:?}", r.broken());
 }
 
 /// A lost reply is retried with `r`: no double grant, no key without a TTL. The turn
@@ -138,7 +115,7 @@ fn lost_replies_are_retried_safely() {
             ..Faults::default()
         }),
     );
-    assert!(r.found.is_empty(), "{:?}", broken(&r));
+    assert!(r.found.is_empty(), "{:?}", r.broken());
 }
 
 #[test]
@@ -177,6 +154,28 @@ fn a_restart_without_persistence_breaks_mutual_exclusion() {
         }),
     );
     assert!(r.found(MUTEX).is_some());
+}
+
+/// Issue 24's finding 7 in the checker: a release's first send stuck in a connection the
+/// client gave up runs at any later point, after its retry was answered and the task took
+/// the lock again. It finds the retry's outcome in its latch and releases nothing.
+#[test]
+fn late_copies_of_an_unlock_release_nothing() {
+    let r = run("late copy of a release", configs::late_copy());
+    assert!(r.found.is_empty(), "{:?}", r.broken());
+}
+
+/// The same, with an unlock that reads its latch only on a retry (as before the fix): the
+/// late copy releases the task's newer hold, and the poller gets in beside it.
+#[test]
+fn seeded_unlock_reading_its_latch_only_on_retry_breaks_mutual_exclusion() {
+    let mut cfg = configs::late_copy();
+    cfg.scripts = cfg.scripts.edit(
+        |s| &mut s.unlock,
+        "local done = redis.call('get', KEYS[3])",
+        "local done = retry and redis.call('get', KEYS[3])",
+    );
+    seeded("late copy, latch read on retry only", cfg, MUTEX);
 }
 
 fn seeded(name: &str, cfg: Config, property: &str) {
@@ -300,7 +299,7 @@ fn fault_pairs_keep_every_property() {
     ];
     for (name, faults) in pairs {
         let r = run(name, configs::small_with(faults));
-        assert!(r.found.is_empty(), "{name}: {:?}", broken(&r));
+        assert!(r.found.is_empty(), "{name}: {:?}", r.broken());
     }
 }
 
@@ -311,7 +310,7 @@ fn fault_pairs_keep_every_property() {
 fn issue_bound_keeps_every_property() {
     let bound = std::env::var("MC_TIME_BOUND").map_or(2, |v| v.parse().unwrap());
     let r = run_dfs("issue bound", configs::issue_bound(bound));
-    assert!(r.found.is_empty(), "{:?}", broken(&r));
+    assert!(r.found.is_empty(), "{:?}", r.broken());
 }
 
 /// Depth-first and breadth-first reach the same states (both are exhaustive; only the

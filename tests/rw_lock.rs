@@ -2,12 +2,21 @@
 //! test.
 
 mod common;
+// Redisson's read and write scripts, typed in once for this test and the checker; the
+// peer's holder is `<PEER_ID>:<thread>`.
+#[allow(dead_code)]
+#[path = "mc/family/peer.rs"]
+mod peer;
 
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{eventually, RedisServer};
+use peer::{
+    READ_ACQUIRE as PEER_READ_ACQUIRE, READ_UNLOCK as PEER_READ_UNLOCK,
+    WRITE_ACQUIRE as PEER_WRITE_ACQUIRE, WRITE_UNLOCK as PEER_WRITE_UNLOCK,
+};
 use redis_rlock::{Client, Error, OwnerId};
 
 async fn client(s: &RedisServer) -> Client {
@@ -268,98 +277,6 @@ async fn the_watchdog_keeps_a_read_lock_and_its_timeout_key() {
         .expect("loss reported");
     assert!(matches!(g.unlock().await, Err(Error::LeaseLost { .. })));
 }
-
-/// Redisson's read and write scripts (RedissonReadLock / RedissonWriteLock), retyped
-/// from their logic; the peer's holder is `<PEER_ID>:<thread>`.
-const PEER_READ_ACQUIRE: &str = r"
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-  redis.call('hset', KEYS[1], 'mode', 'read')
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('set', KEYS[2] .. ':1', 1)
-  redis.call('pexpire', KEYS[2] .. ':1', ARGV[1])
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return nil
-end
-if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
-  local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('set', KEYS[2] .. ':' .. n, 1)
-  redis.call('pexpire', KEYS[2] .. ':' .. n, ARGV[1])
-  redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), ARGV[1]))
-  return nil
-end
-return redis.call('pttl', KEYS[1])
-";
-
-const PEER_READ_UNLOCK: &str = r"
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-  redis.call('publish', KEYS[2], ARGV[1])
-  return nil
-end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end
-local c = redis.call('hincrby', KEYS[1], ARGV[2], -1)
-if c == 0 then redis.call('hdel', KEYS[1], ARGV[2]) end
-redis.call('del', KEYS[3] .. ':' .. (c + 1))
-if redis.call('hlen', KEYS[1]) > 1 then
-  local longest = -3
-  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do
-    local k = tonumber(redis.call('hget', KEYS[1], f))
-    if type(k) == 'number' then
-      for i = k, 1, -1 do
-        longest = math.max(longest, redis.call('pttl', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i))
-      end
-    end
-  end
-  if longest > 0 then
-    redis.call('pexpire', KEYS[1], longest)
-    return 0
-  end
-  if mode == 'write' then return 0 end
-end
-redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
-return 1
-";
-
-const PEER_WRITE_ACQUIRE: &str = r"
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-  redis.call('hset', KEYS[1], 'mode', 'write')
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return nil
-end
-if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], redis.call('pttl', KEYS[1]) + ARGV[1])
-  return nil
-end
-return redis.call('pttl', KEYS[1])
-";
-
-const PEER_WRITE_UNLOCK: &str = r"
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-  redis.call('publish', KEYS[2], ARGV[1])
-  return nil
-end
-if mode ~= 'write' then return nil end
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end
-local c = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if c > 0 then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return 0
-end
-redis.call('hdel', KEYS[1], ARGV[3])
-if redis.call('hlen', KEYS[1]) == 1 then
-  redis.call('del', KEYS[1])
-  redis.call('publish', KEYS[2], ARGV[1])
-else
-  redis.call('hset', KEYS[1], 'mode', 'read')
-end
-return 1
-";
 
 /// The Redisson peer's client id: a holder field is `<uuid>:<thread id>`, as Redisson's.
 const PEER_ID: &str = "5f0c1d2e-3a4b-4c5d-8e6f-7a8b9c0d1e2f";

@@ -579,3 +579,24 @@ async fn cluster_nodes_and_sharded_pubsub_run_over_tls() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkeys_urls_run_over_tls_as_rediss_ones() {
+    let certs = Certs::make();
+    let server = certs.start_server(false, &[]);
+    let ca = certs.pem("ca.crt");
+    let valkeys = url(&server).replace("rediss://", "valkeys://");
+    let c = quick(Client::builder(&valkeys).tls_root_cert(&ca))
+        .build()
+        .await
+        .unwrap();
+    let g = c.lock("tls:valkeys").lock().await.unwrap();
+    assert_eq!(c.lock("tls:valkeys").hold_count().await.unwrap(), 1);
+    g.unlock().await.unwrap();
+    // Certificates with a plain `valkey://` URL would mean no TLS at all: refused.
+    let plain = valkeys.replace("valkeys://", "valkey://");
+    assert!(matches!(
+        quick(Client::builder(&plain).tls_root_cert(&ca)).build().await,
+        Err(Error::InvalidConfig(m)) if m.contains("valkeys://")
+    ));
+}

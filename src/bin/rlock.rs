@@ -53,7 +53,8 @@ pub(crate) const NOT_A_LOCK: u8 = 4;
 3 Redis unreachable or refused a command; 4 the key is not a lock (nothing changed)."
 )]
 struct Cli {
-    /// Redis URL (`redis://`, or `rediss://` with the `tls-rustls` feature). Default:
+    /// Redis URL (`redis://` or `valkey://`, or `rediss://`/`valkeys://` with the
+    /// `tls-rustls` feature). Default:
     /// `$REDIS_URL`, else redis://127.0.0.1:6379.
     #[arg(long, global = true)]
     url: Option<String>,

@@ -152,6 +152,15 @@ impl Semaphore {
     pub fn add_permits(&self, permits: i64) -> Result<()> {
         self.runtime.run(self.inner.add_permits(permits))
     }
+
+    /// Deletes the semaphore, as [`crate::Semaphore::delete`] says.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Semaphore::delete`].
+    pub fn delete(&self) -> Result<bool> {
+        self.runtime.run(self.inner.delete())
+    }
 }
 
 /// A semaphore whose permits carry an id and a lease (Redisson's
@@ -249,6 +258,16 @@ impl PermitExpirableSemaphore {
     pub fn available_permits(&self) -> Result<i64> {
         self.runtime.run(self.inner.available_permits())
     }
+
+    /// Deletes the semaphore and its leases, as [`crate::PermitExpirableSemaphore::delete`]
+    /// says.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::PermitExpirableSemaphore::delete`].
+    pub fn delete(&self) -> Result<bool> {
+        self.runtime.run(self.inner.delete())
+    }
 }
 
 /// A count-down latch (Redisson's `RCountDownLatch`), as [`crate::CountDownLatch`],
@@ -321,5 +340,14 @@ impl CountDownLatch {
     /// As [`crate::CountDownLatch::wait_for`].
     pub fn wait_for(&self, timeout: Duration) -> Result<bool> {
         self.runtime.run(self.inner.wait_for(timeout))
+    }
+
+    /// Deletes the latch, as [`crate::CountDownLatch::delete`] says.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::CountDownLatch::delete`].
+    pub fn delete(&self) -> Result<bool> {
+        self.runtime.run(self.inner.delete())
     }
 }

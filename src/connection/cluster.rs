@@ -14,7 +14,7 @@ use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 use tokio::runtime::Handle;
 
 use super::lanes::Lanes;
-use super::open::{cluster_client, connect_cluster, connect_error};
+use super::open::{addrs_of, cluster_client, connect_cluster, connect_error};
 use super::replies::{parse_master_role, Synced};
 use crate::background::Background;
 use crate::config::{Config, ShardedPubSub};
@@ -29,6 +29,8 @@ pub(super) struct ClusterBackend {
     lanes: Lanes<ClusterConnection>,
     /// What the lanes' node connections are named.
     name: String,
+    /// The seed nodes, as an error names them.
+    pub(super) addrs: String,
 }
 
 /// How many healthy replicas serve each slot, from `CLUSTER SLOTS`, refreshed in the
@@ -94,7 +96,8 @@ impl ClusterBackend {
                 op: "connect",
                 after: limit,
             })?
-            .map_err(|e| connect_error(e, config.connect_timeout))?;
+            .map_err(|e| connect_error(e, config.connect_timeout, &addrs_of(nodes)))?;
+        let addrs = format!("cluster {}", addrs_of(nodes));
         let replicas = Arc::new(ClusterReplicas {
             per_slot: RwLock::new(vec![0; crate::slot::SLOTS as usize]),
         });
@@ -109,6 +112,7 @@ impl ClusterBackend {
             client,
             lanes: Lanes::new(),
             name,
+            addrs,
         })
     }
 

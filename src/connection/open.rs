@@ -46,24 +46,28 @@ fn bad_url(url: &str, e: RedisError) -> Error {
 
 /// A client for `url` with the client's TLS settings. Every connection the crate opens
 /// starts here (or at [`cluster_client`], which checks its URLs here first), so a
-/// `rediss://` URL gets the same certificates wherever it is used.
+/// `rediss://` URL gets the same certificates wherever it is used. redis-rs reads
+/// `valkey://` and `valkeys://` as `redis://` and `rediss://`, and so does every URL
+/// given to this crate.
 pub(crate) fn open_client(url: &str, tls: &TlsSettings) -> Result<redis::Client> {
     #[cfg(not(feature = "tls-rustls"))]
-    if url
-        .get(..9)
-        .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
-    {
-        // redis-rs's own message does not say which switch is missing.
-        return Err(Error::InvalidConfig(
-            "`rediss://` needs TLS support: build redis-rlock with its `tls-rustls` feature".into(),
-        ));
+    for scheme in ["rediss://", "valkeys://"] {
+        if url
+            .get(..scheme.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+        {
+            // redis-rs's own message does not say which switch is missing.
+            return Err(Error::InvalidConfig(format!(
+                "`{scheme}` needs TLS support: build redis-rlock with its `tls-rustls` feature"
+            )));
+        }
     }
     let info = url.into_connection_info().map_err(|e| bad_url(url, e))?;
     if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
         if !tls.is_empty() {
             // Certificates with a plain URL would silently mean no TLS at all.
             return Err(Error::InvalidConfig(format!(
-                "TLS certificates were given, but `{}` is reached over plain TCP: use a `rediss://` URL",
+                "TLS certificates were given, but `{}` is reached over plain TCP: use a `rediss://` (or `valkeys://`) URL",
                 info.addr()
             )));
         }
@@ -162,14 +166,32 @@ pub(super) fn is_tls_failure(e: &RedisError) -> bool {
 /// Classifies an error met while connecting or on the first command. A failed TLS
 /// handshake (an unknown CA, a missing or refused client certificate) will fail the
 /// same way on every retry, so it is a configuration error, not an outage.
-pub(crate) fn connect_error(e: RedisError, timeout: Duration) -> Error {
+pub(crate) fn connect_error(e: RedisError, timeout: Duration, addr: &str) -> Error {
     #[cfg(feature = "tls-rustls")]
     if is_tls_failure(&e) {
         return Error::InvalidConfig(format!(
             "TLS handshake with Redis failed (check the CA and client certificate): {e}"
         ));
     }
-    Error::from_redis(e, "", timeout)
+    Error::from_redis(e, "", timeout, addr)
+}
+
+/// The server `client` talks to, as an error names it (`host:port`, no credentials).
+pub(crate) fn addr_of(client: &redis::Client) -> String {
+    client.get_connection_info().addr().to_string()
+}
+
+/// The servers behind `urls`, as an error names them: `host:port` each (never the
+/// password a URL may hold), comma separated.
+#[cfg(feature = "cluster")]
+pub(crate) fn addrs_of(urls: &[String]) -> String {
+    urls.iter()
+        .map(|u| match u.as_str().into_connection_info() {
+            Ok(info) => info.addr().to_string(),
+            Err(_) => without_password(u),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Opens the command connection to the server `client` names, named as
@@ -179,6 +201,7 @@ pub(super) async fn connect_manager(
     config: &Config,
 ) -> Result<NamedManager> {
     let limit = config.connect_timeout * 2 + config.response_timeout + Duration::from_millis(200);
+    let addr = addr_of(&client);
     let unnamed = Arc::new(AtomicBool::new(false));
     let mut manager_config = manager_config(config);
     // Only RESP3 has disconnect pushes; redis-rs refuses a push sender without them.
@@ -200,7 +223,7 @@ pub(super) async fn connect_manager(
             op: "connect",
             after: limit,
         })?
-        .map_err(|e| connect_error(e, config.connect_timeout))
+        .map_err(|e| connect_error(e, config.connect_timeout, &addr))
 }
 
 #[cfg(feature = "cluster")]

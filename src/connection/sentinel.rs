@@ -14,7 +14,7 @@ use super::lanes::Lanes;
 use super::named::{named_query, NamedManager};
 #[cfg(feature = "tls-rustls")]
 use super::open::is_tls_failure;
-use super::open::{connect_error, connect_manager, open_client, open_lane};
+use super::open::{addr_of, connect_error, connect_manager, open_client, open_lane};
 use super::replies::parse_master_role;
 use crate::background::Background;
 use crate::config::Config;
@@ -90,6 +90,12 @@ impl SentinelMaster {
 
     fn current(&self) -> Arc<MasterConn> {
         self.current.read().clone()
+    }
+
+    /// The master's address, as an error names it.
+    pub(super) fn addr(&self) -> String {
+        let current = self.current();
+        format!("{}:{}", current.addr.0, current.addr.1)
     }
 
     /// Number of replicas the master had when last asked.
@@ -295,13 +301,26 @@ async fn ask_sentinels(
     }
     if let Some(e) = tls_failure {
         // Other sentinels may only have been down; this one says the setup is wrong.
-        return Err(connect_error(e, config.connect_timeout));
+        return Err(connect_error(
+            e,
+            config.connect_timeout,
+            &sentinel_addrs(sentinels),
+        ));
     }
-    Err(Error::Unavailable(RedisError::from((
-        ErrorKind::Io,
-        "no sentinel named a reachable master",
-        last_err.unwrap_or_default(),
-    ))))
+    Err(Error::Unavailable {
+        addr: sentinel_addrs(sentinels),
+        source: RedisError::from((
+            ErrorKind::Io,
+            "no sentinel named a reachable master",
+            last_err.unwrap_or_default(),
+        )),
+    })
+}
+
+/// The sentinels, as an error names them while no master is known.
+fn sentinel_addrs(sentinels: &[redis::Client]) -> String {
+    let addrs: Vec<String> = sentinels.iter().map(addr_of).collect();
+    format!("sentinels {}", addrs.join(", "))
 }
 
 /// How the nodes a sentinel names are reached: with the first sentinel's scheme, as

@@ -8,9 +8,10 @@ use crate::connection::Conn;
 use crate::error::Result;
 use crate::scripts::{ScriptCall, FAIR_ACQUIRE, FAIR_LEAVE, FAIR_UNLOCK};
 
-/// How long a waiter of this crate's fair lock may go without asking again before the
-/// others take it as gone. It asks at least three times within it.
-pub(crate) const QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A waiter asks again at least every third of this or of the wait timeout, whichever
+/// is shorter. Only the head of the queue is told when the lock is released, so a
+/// waiter behind a head that crashed learns that its turn came by asking.
+pub(crate) const RECHECK: Duration = Duration::from_secs(5);
 
 /// The fair lock's queue of waiting holder fields: `redisson_lock_queue:{<name>}`.
 pub fn queue_key(name: &str) -> String {
@@ -37,7 +38,7 @@ pub(super) fn acquire_call(call: &AcquireCall<'_>) -> ScriptCall {
         .key(call.latch)
         .arg(ms(call.lease))
         .arg(call.field)
-        .arg(ms(QUEUE_TIMEOUT))
+        .arg(ms(call.fair_wait))
         .arg(ms(call.latch_ttl).max(1))
         .arg(flag(call.fresh))
         .arg(flag(call.retry))
@@ -62,14 +63,16 @@ pub(super) fn release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .arg(call.channel)
 }
 
-/// Takes `field` (if any) out of the queue of the fair lock `name`, deletes the lock if
-/// `delete` (a force unlock), and tells the waiter then first in line if the lock is
-/// free. Returns whether a lock was deleted.
+/// Takes `field` (if any) out of the queue of the fair lock `name` (the waiters behind it
+/// move one place up, their deadlines too), deletes the lock if `delete` (a force
+/// unlock), and tells the waiter then first in line if the lock is free. Returns whether
+/// a lock was deleted.
 pub(crate) async fn fair_leave(
     conn: &Conn,
     name: &str,
     field: Option<&str>,
     delete: bool,
+    wait: Duration,
 ) -> Result<bool> {
     let call = FAIR_LEAVE
         .call()
@@ -81,7 +84,8 @@ pub(crate) async fn fair_leave(
         .arg(UNLOCK_MESSAGE)
         .arg(conn.publish_command())
         .arg(super::channel_name(name))
-        .arg(super::events_channel(name));
+        .arg(super::events_channel(name))
+        .arg(ms(wait));
     super::one_or_zero(call, conn, name, "fair leave").await
 }
 

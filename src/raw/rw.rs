@@ -109,7 +109,7 @@ pub(crate) async fn clear_writer_mark(conn: &Conn, name: &str) -> Result<()> {
     conn.query(&cmd)
         .await
         .map(|_| ())
-        .map_err(|e| crate::error::Error::from_redis(e, name, conn.response_timeout))
+        .map_err(|e| conn.error(e, name))
 }
 
 /// A read-write lock never hands over: `call.next` is not sent.

@@ -56,7 +56,7 @@ pub(crate) async fn leave_line(conn: &Conn, name: &str, client_id: &str) -> Resu
     conn.query(&cmd)
         .await
         .map(|_| ())
-        .map_err(|e| Error::from_redis(e, name, conn.response_timeout))
+        .map_err(|e| conn.error(e, name))
 }
 
 /// The lock's PTTL in ms: `-2` when it is free, `-1` when it has no expiry. A plain

@@ -8,7 +8,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::{Holder, InFlightGuard, Table, WatchEntry, Watched};
+use super::{Holder, InFlightGuard, Table, Unanswered, WatchEntry, Watched};
 use crate::background::Signal;
 use crate::queue::Queue;
 use crate::raw::Kind;
@@ -20,11 +20,13 @@ pub(crate) enum Begin {
     Wait,
     /// A live watchdog hold of the field was re-entered: nothing to send.
     Reentered(Arc<WatchEntry>),
-    /// Send an acquire. `fresh`: the client holds nothing under the field (the script's
-    /// ARGV[4]).
+    /// Send an acquire. `fresh`: the client holds nothing under the field and sends no
+    /// other request of it (the script's flag `f`).
     Send {
         fresh: bool,
         in_flight: InFlightGuard,
+        /// A release of the field that got no answer, to be sent again first.
+        unanswered: Option<Unanswered>,
     },
 }
 
@@ -44,12 +46,15 @@ impl Table {
     /// Starts an acquire of `(name, field)`. `reenter`: a live watchdog hold may be
     /// re-entered without a request. `waited`: the caller already waited for earlier
     /// requests of the field (as long as it may); it sends even if they are not done.
+    /// `adopt`: the request follows an offer to the field whose outcome is not known, and
+    /// is to adopt a hold that offer may have written.
     pub(crate) fn begin_acquire(
         self: &Arc<Self>,
         name: &Arc<str>,
         field: &Arc<str>,
         reenter: bool,
         waited: bool,
+        adopt: bool,
     ) -> Begin {
         self.with_holder(name, field, |h, _| {
             // What the client knows of this field's holds is only settled once its
@@ -63,10 +68,16 @@ impl Table {
                     return Begin::Reentered(w.entry.clone());
                 }
             }
+            // Fresh only with no other request of the field in flight, but the offer to be
+            // adopted: a fresh call adopts a hold of its field that it finds, and must not
+            // adopt the grant of an acquire kept unpolled past the wait (which makes a
+            // guard of its own), nor a hold whose release is on its way.
+            let fresh = !h.holds() && (h.in_flight == 0 || adopt);
             self.start(h);
             Begin::Send {
-                fresh: !h.holds(),
+                fresh,
                 in_flight: self.guard(name, field),
+                unanswered: h.unanswered.take(),
             }
         })
     }

@@ -46,7 +46,7 @@ async fn an_entry_goes_once_nothing_is_left_in_it() {
     t.add_fixed(&n, &f, Kind::Plain);
     assert!(t.holds(&n, &f));
     assert!(matches!(
-        t.begin_acquire(&n, &f, true, false),
+        t.begin_acquire(&n, &f, true, false, false),
         Begin::Reentered(_)
     ));
     assert_eq!(t.local_holds(&n, &f), 1);

@@ -49,6 +49,7 @@ const COMMANDS: &[(&str, i32, Handler)] = &[
     ("zadd", -4, zset::zadd),
     ("zrem", -3, zset::zrem),
     ("zscore", 3, zset::zscore),
+    ("zincrby", 4, zset::zincrby),
     ("zcard", 2, zset::zcard),
     ("zrangebyscore", -4, zset::zrangebyscore),
 ];

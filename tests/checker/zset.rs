@@ -58,6 +58,20 @@ pub fn zscore(s: &mut Store, a: &[Vec<u8>]) -> Out {
     Ok(score.map_or(Reply::Nil, |d| Reply::bulk(fmt_double(d.0))))
 }
 
+/// `ZINCRBY key increment member`: the new score (a new member starts from 0).
+pub fn zincrby(s: &mut Store, a: &[Vec<u8>]) -> Out {
+    let Some(by) = parse_score(&a[1]) else {
+        return Ok(Reply::err("ERR value is not a valid float"));
+    };
+    let z = or_reply!(s.zset_mut(&a[0]));
+    let new = z.get(&a[2]).map_or(0.0, |d| d.0) + by;
+    if new.is_nan() {
+        return Ok(Reply::err("ERR resulting score is not a number (NaN)"));
+    }
+    z.insert(a[2].clone(), Score(new));
+    Ok(Reply::bulk(fmt_double(new)))
+}
+
 pub fn zcard(s: &mut Store, a: &[Vec<u8>]) -> Out {
     let z = or_reply!(s.zset(&a[0]));
     Ok(Reply::Int(z.map_or(0, |z| z.len()) as i64))

@@ -1,10 +1,12 @@
 //! A small TCP proxy on loopback for fault tests: it can add latency, swallow traffic
-//! (black hole), and cut every live connection.
+//! (black hole), cut every live connection, and stall the connections open now: hold
+//! back what their clients send, close them on the client's side, and deliver what was
+//! held back to the server later (a dead connection's buffer after a partition heals).
 
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,10 +20,31 @@ struct Faults {
     blackhole: AtomicBool,
 }
 
+/// One proxied connection's stall (see [`Proxy::stall`]).
+struct Stall {
+    on: AtomicBool,
+    held: Mutex<Vec<u8>>,
+    /// Set when the client's side is closed: both pumps stop reading from their side.
+    closed: watch::Sender<bool>,
+    deliver: tokio::sync::Notify,
+}
+
+impl Default for Stall {
+    fn default() -> Stall {
+        Stall {
+            on: AtomicBool::new(false),
+            held: Mutex::default(),
+            closed: watch::channel(false).0,
+            deliver: tokio::sync::Notify::new(),
+        }
+    }
+}
+
 /// A running proxy in front of `127.0.0.1:<upstream>`.
 pub struct Proxy {
     pub port: u16,
     faults: Arc<Faults>,
+    stalls: Arc<Mutex<Vec<Arc<Stall>>>>,
     cuts: watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -33,6 +56,8 @@ impl Proxy {
         let faults = Arc::new(Faults::default());
         let (cuts, cut_rx) = watch::channel(0u64);
         let f = faults.clone();
+        let stalls: Arc<Mutex<Vec<Arc<Stall>>>> = Arc::default();
+        let all = stalls.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
@@ -45,13 +70,28 @@ impl Proxy {
                 let _ = server.set_nodelay(true);
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                tokio::spawn(pump(cr, sw, f.clone(), cut_rx.clone()));
-                tokio::spawn(pump(sr, cw, f.clone(), cut_rx.clone()));
+                let stall = Arc::new(Stall::default());
+                all.lock().unwrap().push(stall.clone());
+                tokio::spawn(pump(
+                    cr,
+                    sw,
+                    f.clone(),
+                    cut_rx.clone(),
+                    Side::ToServer(stall.clone()),
+                ));
+                tokio::spawn(pump(
+                    sr,
+                    cw,
+                    f.clone(),
+                    cut_rx.clone(),
+                    Side::ToClient(stall),
+                ));
             }
         });
         Proxy {
             port,
             faults,
+            stalls,
             cuts,
             task,
         }
@@ -92,6 +132,39 @@ impl Proxy {
     pub fn cut(&self) {
         self.cuts.send_modify(|g| *g += 1);
     }
+
+    /// Stalls every connection open now: what its client sends from now on is held back,
+    /// not delivered. Connections opened later are not stalled.
+    pub fn stall(&self) {
+        for s in self.stalls.lock().unwrap().iter() {
+            s.on.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Closes the stalled connections on the client's side only: their clients see the
+    /// connection end, while the server's side stays open with nothing delivered yet.
+    pub fn close_stalled_clients(&self) {
+        for s in self.stalls.lock().unwrap().iter() {
+            if s.on.load(Ordering::SeqCst) {
+                s.closed.send_replace(true);
+            }
+        }
+    }
+
+    /// Delivers what the stalled connections held back to the server, late.
+    pub fn deliver_stalled(&self) {
+        for s in self.stalls.lock().unwrap().iter() {
+            if s.on.load(Ordering::SeqCst) {
+                s.deliver.notify_one();
+            }
+        }
+    }
+}
+
+/// Which way a pump carries bytes, with its connection's stall.
+enum Side {
+    ToServer(Arc<Stall>),
+    ToClient(Arc<Stall>),
 }
 
 impl Drop for Proxy {
@@ -106,10 +179,18 @@ async fn pump(
     mut to: OwnedWriteHalf,
     f: Arc<Faults>,
     mut cut: watch::Receiver<u64>,
+    side: Side,
 ) {
     // Remember the cut generation at the start, so only later cuts close this connection.
     let generation = *cut.borrow_and_update();
     let mut buf = vec![0u8; 16 * 1024];
+    let mut closed_rx = match &side {
+        Side::ToClient(s) | Side::ToServer(s) => s.closed.subscribe(),
+    };
+    let closed = async move {
+        let _ = closed_rx.wait_for(|c| *c).await;
+    };
+    tokio::pin!(closed);
     loop {
         let n = tokio::select! {
             r = from.read(&mut buf) => match r {
@@ -117,7 +198,14 @@ async fn pump(
                 Ok(n) => n,
             },
             _ = cut.changed() => break,
+            _ = &mut closed => break,
         };
+        if let Side::ToServer(s) = &side {
+            if s.on.load(Ordering::SeqCst) {
+                s.held.lock().unwrap().extend_from_slice(&buf[..n]);
+                continue;
+            }
+        }
         let lat = f.latency_ms.load(Ordering::SeqCst);
         if lat > 0 {
             tokio::time::sleep(Duration::from_millis(lat)).await;
@@ -130,6 +218,16 @@ async fn pump(
         }
         if *cut.borrow() != generation || to.write_all(&buf[..n]).await.is_err() {
             break;
+        }
+    }
+    if let Side::ToServer(s) = &side {
+        if s.on.load(Ordering::SeqCst) {
+            // The client is gone; the server's side waits for what was held back.
+            s.deliver.notified().await;
+            let held = std::mem::take(&mut *s.held.lock().unwrap());
+            let _ = to.write_all(&held).await;
+            // Time for the server to run it before it sees the end of the connection.
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
     let _ = to.shutdown().await;

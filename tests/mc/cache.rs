@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
+use super::explore::Report;
 use crate::checker::script;
 use crate::checker::store::{Reply, Store};
 
@@ -71,4 +72,16 @@ pub fn run<K: AsRef<[u8]>, A: AsRef<[u8]>>(
 pub fn clear() -> (u64, u64) {
     CACHE.with(|c| c.borrow_mut().clear());
     COUNTS.with(|n| std::mem::take(&mut *n.borrow_mut()))
+}
+
+/// Runs one exploration with a cache of its own, and prints its summary (with how many
+/// script runs the cache saved) and its counterexamples.
+pub fn measured(name: &str, explore: impl FnOnce() -> Report) -> Report {
+    clear();
+    let report = explore();
+    let (hits, runs) = clear();
+    let summary = report.summary(name);
+    println!("{summary} (scripts: {runs} run, {hits} from the cache)");
+    report.print_traces();
+    report
 }

@@ -6,9 +6,10 @@
 //!
 //! Simplifications, each a place where the model may miss what the client does:
 //! - A request runs and is answered in one step (no time between send and execution,
-//!   no late replies, no reordering across connections); a lost reply is the only
-//!   request fault. A lost request is retried once with `r`, as the client's first
-//!   retry; it is never given up (`ATTEMPTS` is 3, the budgets here are at most 2).
+//!   no late replies); its faults are a lost reply, and a release's first send stuck
+//!   in a connection given up, which runs at any later point (`late.rs`). Either is
+//!   retried once with `r`, as the client's first retry, and never given up
+//!   (`ATTEMPTS` is 3, the budgets here are at most 2).
 //! - Every task waits (`lock()` with an explicit lease, no watchdog, no `try_lock`), one
 //!   hold per task at a time, no re-entry: every acquire carries `f` and `w`.
 //! - A task that starts while others of its client sleep asks Redis anyway (the client
@@ -212,18 +213,51 @@ impl Client {
     }
 }
 
+/// `release::LATE_COPIES`, in ms.
+const LATE_COPIES_MS: u64 = 600_000;
+
+/// What becomes of a first send.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Answered,
+    /// The script runs; its reply is lost.
+    ReplyLost,
+    /// The send is stuck in a connection the client gives up: it runs later, at any
+    /// point (`super::late`), and the client sends it again with `r` meanwhile.
+    Stuck,
+}
+
 /// Client c's task t takes its next step; `lost`: the script runs, its reply is lost.
 pub fn step(w: &mut World, c: usize, t: usize, lost: bool) -> String {
+    let fate = if lost {
+        Fate::ReplyLost
+    } else {
+        Fate::Answered
+    };
     match w.clients[c].tasks[t].phase.clone() {
-        Phase::Idle { rounds } => attempt(w, c, t, lost, rounds, None),
-        Phase::Sleeping { seq, rounds, .. } => attempt(w, c, t, lost, rounds, Some(seq)),
-        Phase::Holding { rounds, .. } => release(w, c, t, lost, rounds),
+        Phase::Idle { rounds } => attempt(w, c, t, fate, rounds, None),
+        Phase::Sleeping { seq, rounds, .. } => attempt(w, c, t, fate, rounds, Some(seq)),
+        Phase::Holding { rounds, .. } => release(w, c, t, fate, rounds),
         Phase::Retry { req, rounds } => retry(w, c, t, req, rounds),
         Phase::Done => unreachable!(),
     }
 }
 
-fn attempt(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8, seq: Option<u8>) -> String {
+/// Client c's task t, holding, sends its release into a connection that it then gives
+/// up: a copy runs later (`super::late`), and the task sends the release again.
+pub fn stuck_release(w: &mut World, c: usize, t: usize) -> String {
+    match w.clients[c].tasks[t].phase.clone() {
+        Phase::Holding { rounds, .. } => release(w, c, t, Fate::Stuck, rounds),
+        _ => unreachable!("only a holder's release is held back"),
+    }
+}
+
+/// Whether task t's next step is a first send of a release.
+pub fn may_stick(cl: &Client, t: usize) -> bool {
+    matches!(cl.tasks[t].phase, Phase::Holding { .. })
+}
+
+fn attempt(w: &mut World, c: usize, t: usize, fate: Fate, rounds: u8, seq: Option<u8>) -> String {
     let cl = &mut w.clients[c];
     if !cl.tasks[t].joined {
         // `InLine::join_before_attempt`: counted before the first attempt is sent.
@@ -259,21 +293,36 @@ fn attempt(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8, seq: Optio
         cl.next_seq
     });
     let req = Req::Acquire { keys, args, seq };
-    send(w, c, t, req, lost, rounds)
+    send(w, c, t, req, fate, rounds)
 }
 
-fn send(w: &mut World, c: usize, t: usize, req: Req, lost: bool, rounds: u8) -> String {
-    let (reply, flags) = run_req(w, &req);
+fn send(w: &mut World, c: usize, t: usize, req: Req, fate: Fate, rounds: u8) -> String {
+    let (reply, flags) = match fate {
+        Fate::Stuck => {
+            let (keys, args) = match &req {
+                Req::Acquire { keys, args, .. } | Req::Release { keys, args, .. } => (keys, args),
+            };
+            super::late::hold_back(w, script_name(&req), keys, args);
+            (Reply::Nil, args.last().cloned().unwrap_or_default())
+        }
+        _ => run_req(w, &req),
+    };
     let what = format!("{} {flags:?}", script_name(&req));
-    if lost {
+    if fate != Fate::Answered {
         let mut req = req;
         match &mut req {
-            Req::Acquire { args, .. } | Req::Release { args, .. } => {
-                let flags = args.last_mut().expect("flags");
-                flags.insert(0, 'r');
+            Req::Acquire { args, .. } => args.last_mut().expect("flags").insert(0, 'r'),
+            Req::Release { args, .. } => {
+                args.last_mut().expect("flags").insert(0, 'r');
+                // `release.rs`: a retried release keeps its latch for late copies
+                // (`LATE_COPIES`, 10 minutes: past any clock bound here).
+                args[2] = LATE_COPIES_MS.to_string();
             }
         }
         w.clients[c].tasks[t].phase = Phase::Retry { req, rounds };
+        if fate == Fate::Stuck {
+            return format!("C{c}.t{t}: {what} stuck in a connection given up");
+        }
         return format!("C{c}.t{t}: {what} -> {reply:?}, reply lost");
     }
     let outcome = answered(w, c, t, req, reply.clone(), rounds, false);
@@ -335,7 +384,7 @@ fn answered(
     }
 }
 
-fn release(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8) -> String {
+fn release(w: &mut World, c: usize, t: usize, fate: Fate, rounds: u8) -> String {
     let now = Duration::from_millis(w.now() - super::world::EPOCH);
     let limits = w.cfg.handover;
     let cl = &mut w.clients[c];
@@ -375,7 +424,7 @@ fn release(w: &mut World, c: usize, t: usize, lost: bool, rounds: u8) -> String 
             offered: offer,
             sent,
         },
-        lost,
+        fate,
         rounds,
     )
 }

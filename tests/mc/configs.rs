@@ -125,6 +125,21 @@ pub fn two_and_waiter() -> Config {
     }
 }
 
+/// One client's task of two rounds whose first release is stuck and runs late (finding
+/// 7), and a Redisson `tryLock()` poller that takes the lock whenever it is free.
+pub fn late_copy() -> Config {
+    Config {
+        clients: vec![client(1, 2, 4)],
+        redisson: vec![(Kind::Poller(4), 2)],
+        time_bound: 5,
+        faults: Faults {
+            late_copies: 1,
+            ..Faults::default()
+        },
+        ..base()
+    }
+}
+
 /// The issue's bound: three clients of this crate with two tasks each, a Redisson
 /// `lock()` waiter and a Redisson `tryLock()` poller, one round each.
 pub fn issue_bound(time_bound: u64) -> Config {

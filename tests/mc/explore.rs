@@ -57,6 +57,24 @@ impl Report {
         self.found.iter().find(|c| c.property == property)
     }
 
+    /// The properties broken, sorted.
+    pub fn broken(&self) -> Vec<&'static str> {
+        let mut b: Vec<&'static str> = self.found.iter().map(|c| c.property).collect();
+        b.sort();
+        b
+    }
+
+    /// Prints every counterexample's trace.
+    pub fn print_traces(&self) {
+        for c in &self.found {
+            let steps = c.trace.len() - 1;
+            println!("  counterexample for '{}' ({steps} steps):", c.property);
+            for line in &c.trace {
+                println!("    {line}");
+            }
+        }
+    }
+
     pub fn summary(&self, name: &str) -> String {
         let props: Vec<&str> = self.found.iter().map(|c| c.property).collect();
         format!(

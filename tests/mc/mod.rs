@@ -6,6 +6,8 @@ pub mod client;
 pub mod client_replies;
 pub mod configs;
 pub mod explore;
+pub mod late;
 pub mod props;
 pub mod redisson;
+pub mod symmetry;
 pub mod world;

@@ -60,6 +60,8 @@ pub struct Faults {
     pub lost_messages: u8,
     pub crashes: u8,
     pub restarts: u8,
+    /// Releases whose first send is stuck and runs late (`late.rs`).
+    pub late_copies: u8,
 }
 
 /// One crate client: how many tasks, rounds per task, and its lease.
@@ -99,6 +101,8 @@ pub struct World {
     pub passed: Vec<(u8, u8)>,
     /// Properties judged on a step rather than a state, once broken.
     pub broken: BTreeSet<&'static str>,
+    /// Sends on their way, to run at any later point.
+    pub late: Vec<super::late::Copy>,
     #[allow(clippy::struct_field_names)]
     #[doc(hidden)]
     pub cfg: CfgRef,
@@ -140,6 +144,10 @@ pub enum Action {
     ToClient(usize, bool),
     Crash(usize),
     Restart,
+    /// Client c's task t sends its release into a connection it gives up.
+    Stuck(usize, usize),
+    /// The i-th late copy reaches Redis.
+    Late(usize),
 }
 
 impl World {
@@ -158,6 +166,7 @@ impl World {
             faults: cfg.faults,
             passed: Vec::new(),
             broken: BTreeSet::new(),
+            late: Vec::new(),
             cfg,
         }
     }
@@ -242,6 +251,9 @@ impl World {
                 if self.faults.lost_replies > 0 && cl.may_lose_reply(t) {
                     out.push(Action::Task(c, t, true));
                 }
+                if self.faults.late_copies > 0 && client::may_stick(cl, t) {
+                    out.push(Action::Stuck(c, t));
+                }
             }
             if !cl.inbox.is_empty() {
                 out.push(Action::ToClient(c, false));
@@ -256,6 +268,7 @@ impl World {
         if self.faults.restarts > 0 && self.store.live().next().is_some() {
             out.push(Action::Restart);
         }
+        out.extend((0..self.late.len()).map(Action::Late));
         out
     }
 
@@ -292,6 +305,11 @@ impl World {
                     client::deliver(self, c)
                 }
             }
+            Action::Stuck(c, t) => {
+                self.faults.late_copies -= 1;
+                client::stuck_release(self, c, t)
+            }
+            Action::Late(i) => super::late::deliver(self, i),
             Action::Crash(c) => {
                 self.faults.crashes -= 1;
                 self.clients[c].crash();
@@ -316,143 +334,7 @@ impl World {
     }
 }
 
-/// A renaming of the clients (old index -> new) and of each client's tasks.
-struct Renaming {
-    clients: Vec<usize>,
-    tasks: Vec<Vec<usize>>,
-}
-
-/// Client ids, holder fields and request latches in `b`, renamed.
-fn rename_bytes(b: &[u8], r: &Renaming) -> Vec<u8> {
-    const ID: &[u8] = b"cccccccc-cccc-4ccc-8ccc-";
-    let number = |d: &[u8]| -> usize { std::str::from_utf8(d).unwrap().parse().unwrap() };
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let rest = &b[i..];
-        if rest.starts_with(ID) && rest.len() >= 36 {
-            let c = number(&rest[24..36]);
-            out.extend_from_slice(client::id(r.clients[c]).as_bytes());
-            i += 36;
-            // A holder field: `<client id>:<task + 1>`.
-            let digits = b[i..]
-                .iter()
-                .skip(1)
-                .take_while(|x| x.is_ascii_digit())
-                .count();
-            if b.get(i) == Some(&b':') && digits > 0 && i + 1 + digits == b.len() {
-                let t = number(&b[i + 1..]) - 1;
-                out.extend_from_slice(format!(":{}", r.tasks[c][t] + 1).as_bytes());
-                i = b.len();
-            }
-            continue;
-        }
-        // A request latch's name ends in `:c<client>n<request>`.
-        if rest.starts_with(b":c") {
-            let digits = rest[2..].iter().take_while(|x| x.is_ascii_digit()).count();
-            if digits > 0 && rest.get(2 + digits) == Some(&b'n') {
-                let c = r.clients[number(&rest[2..2 + digits])];
-                out.extend_from_slice(format!(":c{c}n").as_bytes());
-                i += 3 + digits;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    out
-}
-
-/// The ranks of `keys`, in sorted order (ties keep their order): old index -> new.
-fn ranks<K: Ord>(keys: &[K]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..keys.len()).collect();
-    order.sort_by(|a, b| keys[*a].cmp(&keys[*b]));
-    let mut rank = vec![0; keys.len()];
-    for (new, old) in order.into_iter().enumerate() {
-        rank[old] = new;
-    }
-    rank
-}
-
-impl World {
-    /// The renaming that sorts each client's tasks, then the clients if they are
-    /// configured alike, by what they look like (their state and their holds in the store). Two states that are renamings
-    /// of each other mostly sort alike; where a tie is broken differently, the states
-    /// stay apart (a reduction missed, never two different states merged: a renaming
-    /// only ever maps a state to an equivalent one).
-    fn sorting(&self, clients_alike: bool) -> Renaming {
-        let holds = |c: usize, t: usize| {
-            let f = client::field(c, t);
-            match self.store.entry(LOCK.as_bytes()).map(|e| &e.value) {
-                Some(crate::checker::store::Value::Hash(h)) => h.get(f.as_bytes()).cloned(),
-                _ => None,
-            }
-        };
-        let task_keys: Vec<Vec<String>> = (self.clients.iter().enumerate())
-            .map(|(c, cl)| {
-                (cl.tasks.iter().enumerate())
-                    .map(|(t, task)| format!("{task:?} {:?}", holds(c, t)))
-                    .collect()
-            })
-            .collect();
-        let tasks: Vec<Vec<usize>> = task_keys.iter().map(|k| ranks(k)).collect();
-        let line = self
-            .store
-            .entry(client_line_key().as_bytes())
-            .map(|e| format!("{:?}", e.value));
-        let client_keys: Vec<String> = (self.clients.iter().enumerate())
-            .map(|(c, cl)| {
-                let mut mine = task_keys[c].clone();
-                mine.sort();
-                let id = client::id(c);
-                let place = line.as_deref().and_then(|l| l.find(&id));
-                let (run, inbox) = (&cl.run, &cl.inbox);
-                format!(
-                    "{mine:?} {} {run:?} {inbox:?} {} {} {place:?}",
-                    cl.in_line, cl.crashed, cl.requests
-                )
-            })
-            .collect();
-        Renaming {
-            clients: match clients_alike {
-                true => ranks(&client_keys),
-                false => (0..self.clients.len()).collect(),
-            },
-            tasks,
-        }
-    }
-
-    /// This world renamed: clients and their tasks in their new places, their ids,
-    /// holder fields and request latches in the store, and the bypass counts.
-    fn renamed(&self, r: &Renaming) -> World {
-        let mut clients = self.clients.clone();
-        for (c, cl) in self.clients.iter().enumerate() {
-            let mut cl = cl.clone();
-            cl.idx = r.clients[c];
-            for (t, task) in self.clients[c].tasks.iter().enumerate() {
-                cl.tasks[r.tasks[c][t]] = task.clone();
-            }
-            clients[r.clients[c]] = cl;
-        }
-        let mut passed: Vec<(u8, u8)> = self
-            .passed
-            .iter()
-            .map(|&(who, n)| match who {
-                w if w >= 100 => (100 + r.clients[usize::from(w - 100)] as u8, n),
-                w => (w, n),
-            })
-            .collect();
-        passed.sort_unstable();
-        World {
-            store: self.store.renamed(&|b| rename_bytes(b, r)),
-            clients,
-            passed,
-            ..self.clone()
-        }
-    }
-}
-
-fn client_line_key() -> String {
+pub(super) fn client_line_key() -> String {
     redis_rlock::protocol::clients_key(LOCK)
 }
 

@@ -5,7 +5,8 @@
 //! of the scripts reaches the store.
 
 use redis_rlock::protocol::{
-    channel_name, clients_key, queue_key, timeout_key, token_key, turn_key, turns_channel,
+    channel_name, clients_key, events_channel, queue_key, timeout_key, token_key, turn_key,
+    turns_channel,
 };
 
 use super::compare::Shape;
@@ -274,6 +275,8 @@ fn fair_leave(r: &mut Rng) -> Call {
         .arg("0")
         .arg(publish(r))
         .arg(channel_name(FAIR))
+        .arg(events_channel(FAIR))
+        .arg(r.pick(&["80", "5000"]))
 }
 
 /// The next step of the fair lock's family.

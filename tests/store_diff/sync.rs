@@ -105,6 +105,28 @@ fn latch_count_down(r: &mut Rng) -> Call {
         .arg(publish(r))
 }
 
+/// A delete of one of the three, as each handle sends it.
+fn count_delete(r: &mut Rng) -> Call {
+    match r.below(3) {
+        0 => script!("count_delete")
+            .key(SEM)
+            .key(semaphore_channel(SEM))
+            .arg("")
+            .arg(""),
+        1 => script!("count_delete")
+            .key(PERMITS)
+            .key(semaphore_channel(PERMITS))
+            .key(permit_timeout_key(PERMITS))
+            .arg("")
+            .arg(""),
+        _ => script!("count_delete")
+            .key(LATCH)
+            .key(latch_channel(LATCH))
+            .arg(publish(r))
+            .arg("1"),
+    }
+}
+
 /// A value of another type, or no count, or a count at the edge of 64 bits.
 fn clobber(r: &mut Rng) -> Call {
     match r.below(5) {
@@ -126,7 +148,8 @@ pub fn step(r: &mut Rng, _: &Store) -> Step {
         34..=47 => permit_acquire(r),
         48..=57 => permit_release(r),
         58..=63 => permit_update(r),
-        64..=68 => permit_call(script!("permit_available")).arg(publish(r)),
+        64..=66 => permit_call(script!("permit_available")).arg(publish(r)),
+        67..=68 => count_delete(r),
         69..=75 => latch_set(r),
         76..=83 => latch_count_down(r),
         84..=86 => clobber(r),

@@ -1,0 +1,385 @@
+//! The checker over the lock family (issue 25, goal 2): every interleaving, within small
+//! bounds, of this crate's and Redisson's actors on a semaphore, a permit-expirable
+//! semaphore, a count-down latch and a read-write lock, over the crate's real scripts
+//! and Redisson's own typed in (`tests/mc/family/`). Each property is also shown broken
+//! by a seeded bug, an edit of one script's text. Run with `--nocapture` for each
+//! config's state count and time, and the counterexamples' traces.
+//!
+//! The fair lock is not covered here yet (it was being changed at the same time).
+
+#[allow(dead_code)]
+#[path = "mc/cache.rs"]
+mod cache;
+mod checker;
+#[allow(dead_code)]
+#[path = "mc/explore.rs"]
+mod explore;
+#[path = "mc/family/mod.rs"]
+mod family;
+
+use explore::{explore, Report};
+use family::latch::{self, Latch, WAKE};
+use family::permits::{self, Permits};
+use family::rw::{self, Role, Rw, EXCLUDES, READER_BYPASS, SHARE, WRITER_BYPASS};
+use family::semaphore::{self, Kind, Sem, EXCEED, ONCE};
+use family::{Checked, World};
+
+use Kind::{Crate, Redisson};
+
+const LIMIT: usize = 20_000_000;
+
+fn check<W: World + std::fmt::Debug>(name: &str, world: W) -> Report {
+    cache::measured(name, || explore(&Checked(world), LIMIT))
+}
+
+/// Every property holds on every state reached.
+fn holds<W: World + std::fmt::Debug>(name: &str, world: W) {
+    let r = check(name, world);
+    assert!(r.found.is_empty(), "{:?}", r.broken());
+}
+
+/// Exactly these properties are broken (a seeded bug's).
+fn breaks<W: World + std::fmt::Debug>(name: &str, world: W, properties: &[&str]) {
+    let mut expected = properties.to_vec();
+    expected.sort_unstable();
+    assert_eq!(check(name, world).broken(), expected);
+}
+
+// --- the semaphore ---------------------------------------------------------------
+
+fn sem(texts: family::Texts, lost_replies: u8) -> Sem {
+    Sem::new(semaphore::Config {
+        permits: 2,
+        takers: vec![
+            (Crate, 1, 2),
+            (Crate, 2, 1),
+            (Crate, 1, 2),
+            (Redisson, 1, 2),
+        ],
+        lost_replies,
+        texts,
+    })
+}
+
+#[test]
+fn semaphore_keeps_its_count_with_lost_replies() {
+    holds(
+        "semaphore: 2, crate takers 1x2 2x1 1x2, Redisson 1x2, 2 lost replies",
+        sem(semaphore::texts(), 2),
+    );
+}
+
+#[test]
+fn semaphore_seeded_acquire_without_decrby_exceeds_the_count() {
+    let texts = semaphore::texts().edit(
+        "semaphore_acquire.lua",
+        "redis.call('decrby', KEYS[1], ARGV[1])",
+        "",
+    );
+    breaks(
+        "semaphore, seeded: acquire takes nothing",
+        sem(texts, 0),
+        &[EXCEED, ONCE],
+    );
+}
+
+#[test]
+fn semaphore_seeded_retry_without_its_latch_takes_twice() {
+    let texts = semaphore::texts().edit(
+        "semaphore_acquire.lua",
+        "if ARGV[2] == '1' and redis.call('get', KEYS[2]) then",
+        "if false then",
+    );
+    breaks(
+        "semaphore, seeded: retry ignores its latch",
+        sem(texts, 1),
+        &[ONCE],
+    );
+}
+
+// --- the permit-expirable semaphore ---------------------------------------------
+
+fn permits(texts: family::Texts, lost_replies: u8) -> Permits {
+    Permits::new(permits::Config {
+        permits: 2,
+        takers: vec![(Crate, 2), (Crate, 2), (Redisson, 2)],
+        lease: 2,
+        time_bound: 5,
+        lost_replies,
+        texts,
+    })
+}
+
+#[test]
+fn permits_keep_their_count_with_leases_ending_and_a_lost_reply() {
+    holds(
+        "permits: 2, crate takers x2 x2, Redisson x2, lease 2 ms, 5 ms, 1 lost reply",
+        permits(permits::texts(), 1),
+    );
+}
+
+#[test]
+fn permits_seeded_reclaim_of_live_leases_exceeds_the_count() {
+    let texts = permits::texts().edit(
+        "permit_acquire.lua",
+        "redis.call('zrangebyscore', KEYS[2], 0, now)",
+        "redis.call('zrangebyscore', KEYS[2], 0, now + 1)",
+    );
+    breaks(
+        "permits, seeded: acquire reclaims leases 1 ms early",
+        permits(texts, 0),
+        &[EXCEED],
+    );
+}
+
+#[test]
+fn permits_seeded_give_back_without_the_count_takes_twice() {
+    let texts = permits::texts().edit(
+        "permit_release.lua",
+        "redis.call('incrby', KEYS[1], back)",
+        "redis.call('incrby', KEYS[1], back - 1)",
+    );
+    breaks(
+        "permits, seeded: a give-back returns one permit too few",
+        permits(texts, 1),
+        &[ONCE],
+    );
+}
+
+// --- the latch --------------------------------------------------------------------
+
+fn latch(texts: family::Texts, waiters: Vec<Kind>, lost_messages: u8) -> Latch {
+    Latch::new(latch::Config {
+        counters: vec![Crate, Redisson, Crate],
+        waiters,
+        lost_messages,
+        texts,
+    })
+}
+
+#[test]
+fn latch_wakes_every_waiter() {
+    holds(
+        "latch of 3, 2 crate and 2 Redisson waiters",
+        latch(latch::texts(), vec![Crate, Redisson, Crate, Redisson], 0),
+    );
+}
+
+#[test]
+fn latch_wakes_the_crates_waiters_after_a_lost_message() {
+    holds(
+        "latch of 3, 3 crate waiters, 2 lost messages",
+        latch(latch::texts(), vec![Crate, Crate, Crate], 2),
+    );
+}
+
+#[test]
+fn latch_seeded_count_down_without_publish_leaves_a_waiter() {
+    let texts = latch::texts().edit(
+        "latch_count_down.lua",
+        "redis.call(ARGV[2], KEYS[2], ARGV[1])",
+        "",
+    );
+    breaks(
+        "latch, seeded: the last count-down publishes nothing",
+        latch(texts, vec![Crate, Redisson], 0),
+        &[WAKE],
+    );
+}
+
+// --- the read-write lock ----------------------------------------------------------
+
+const ANY: (u8, u8) = (u8::MAX, u8::MAX);
+
+fn rw(texts: family::Texts, actors: Vec<(Kind, Role, u8)>, bypass: (u8, u8)) -> Rw {
+    Rw::new(rw::Config {
+        actors,
+        time_bound: 6,
+        bypass,
+        texts,
+    })
+}
+
+/// A crate writer and reader of two rounds each.
+fn crate_pair() -> Vec<(Kind, Role, u8)> {
+    vec![(Crate, Role::Write, 2), (Crate, Role::Read, 2)]
+}
+
+/// A crate writer of two rounds, readers of two and one.
+fn crate_three() -> Vec<(Kind, Role, u8)> {
+    vec![
+        (Crate, Role::Write, 2),
+        (Crate, Role::Read, 2),
+        (Crate, Role::Read, 1),
+    ]
+}
+
+/// Fails on today's scripts (found by this checker; reported on issue 25, not fixed
+/// here): the writers' mark is one key for all writers, and a writer's grant deletes it
+/// while another writer still waits; until that writer asks again (at once when the
+/// unlock's message wakes it, else within half the mark), new readers pass it. Another
+/// writer of more rounds repeats the window. The reader's side fails as in
+/// `rw_crate_reader_is_passed_when_another_reader_ends_the_turn`.
+///
+/// ```text
+/// [0 ms] Crate writer 0 is granted
+/// [0 ms] Crate writer 1 is refused            (sets the writers' mark)
+/// [0 ms] Crate writer 0 unlocks
+/// [0 ms] Crate writer 0 is granted            (deletes the mark)
+/// [0 ms] Crate writer 0 unlocks
+/// [0 ms] Crate reader 2 is granted            (passes writer 1, woken, not yet asked)
+/// ```
+#[test]
+#[ignore = "fails: a writer's grant clears the mark another waiting writer set"]
+fn rw_crate_writer_is_passed_when_another_writer_clears_the_mark() {
+    let actors = vec![
+        (Crate, Role::Write, 2),
+        (Crate, Role::Write, 1),
+        (Crate, Role::Read, 2),
+        (Crate, Role::Read, 1),
+    ];
+    let world = rw(rw::texts(), actors, (0, 1));
+    holds(
+        "rw, crate writers x2 and x1, readers x2 and x1, 6 ms",
+        world,
+    );
+}
+
+#[test]
+fn rw_crate_writer_and_reader_share_exclude_and_pass_nobody() {
+    holds(
+        "rw, crate writer x2, reader x2, 6 ms",
+        rw(rw::texts(), crate_pair(), (0, 0)),
+    );
+}
+
+#[test]
+fn rw_crate_readers_never_pass_a_waiting_writer_outside_their_turn() {
+    // A reader is passed at most once here only because the other reader has one
+    // round: see the ignored test below.
+    holds(
+        "rw, crate writer x2, readers x2 and x1, 6 ms",
+        rw(rw::texts(), crate_three(), (0, 1)),
+    );
+}
+
+/// Fails on today's scripts (found by this checker; reported on issue 25, not fixed
+/// here): the readers' turn ends with its last reader even while a waiting reader, woken
+/// by the writer's unlock, has not come in yet; a writer then passes that reader again.
+/// With more rounds the same loop repeats, so no bound holds for a reader once another
+/// reader can end the turn:
+///
+/// ```text
+/// [0 ms] Crate writer 0 is granted
+/// [0 ms] Crate reader 1 is refused            (sets the reader's mark)
+/// [0 ms] Crate writer 0 unlocks               (finds the mark: the readers' turn)
+/// [0 ms] Crate reader 2 is granted (readers' turn)
+/// [0 ms] Crate reader 2 unlocks               (the last reader: the turn ends)
+/// [0 ms] Crate writer 0 is granted            (reader 1, woken, has not asked yet)
+/// ```
+#[test]
+#[ignore = "fails: a turn ended by another reader lets a writer pass a woken reader"]
+fn rw_crate_reader_is_passed_when_another_reader_ends_the_turn() {
+    holds(
+        "rw, crate writer x2, readers x2 and x1, 6 ms, N = 0",
+        rw(rw::texts(), crate_three(), (0, 0)),
+    );
+}
+
+/// A crate writer and reader, a Redisson reader and writer, one round each.
+fn mixed() -> Vec<(Kind, Role, u8)> {
+    vec![
+        (Crate, Role::Write, 1),
+        (Crate, Role::Read, 1),
+        (Redisson, Role::Read, 1),
+        (Redisson, Role::Write, 1),
+    ]
+}
+
+#[test]
+fn rw_with_redisson_actors_share_and_exclude() {
+    holds(
+        "rw, crate and Redisson reader and writer each, 6 ms",
+        rw(rw::texts(), mixed(), ANY),
+    );
+}
+
+/// Fails, as `docs/protocol.md` 7.4 (7) says: Redisson's readers and writers look at
+/// neither mark nor turn, so against them the lock is as unfair as Redisson's, and the
+/// issue's "neither starves" does not hold for waiters that meet them. The shortest
+/// passes, one each way:
+///
+/// ```text
+/// [0 ms] Crate reader 1 is granted
+/// [0 ms] Crate writer 0 is refused            (sets the writer's mark)
+/// [0 ms] Redisson reader 2 is granted         (passes the waiting writer)
+///
+/// [0 ms] Crate writer 0 is granted
+/// [0 ms] Crate reader 1 is refused            (sets the reader's mark)
+/// [0 ms] Crate writer 0 unlocks               (the readers' turn)
+/// [0 ms] Redisson writer 3 is granted (readers' turn)   (passes the waiting reader)
+/// ```
+#[test]
+#[ignore = "fails: Redisson's readers and writers ignore the marks and turns"]
+fn rw_redisson_actors_never_pass_crate_waiters() {
+    holds(
+        "rw, crate and Redisson reader and writer each, 6 ms, N = 0",
+        rw(rw::texts(), mixed(), (0, 0)),
+    );
+}
+
+#[test]
+fn rw_seeded_reader_entering_a_write_hold_breaks_exclusion() {
+    let texts = rw::texts().edit(
+        "read_acquire.lua",
+        "(mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 1)",
+        "mode == 'write'",
+    );
+    breaks(
+        "rw, seeded: readers enter a write hold",
+        rw(texts, crate_pair(), ANY),
+        &[EXCLUDES],
+    );
+}
+
+#[test]
+fn rw_seeded_reader_refused_by_readers_breaks_sharing() {
+    let texts = rw::texts().edit(
+        "read_acquire.lua",
+        "if mode == false or mode == 'read'",
+        "if mode == false",
+    );
+    breaks(
+        "rw, seeded: a reader refused by readers",
+        rw(texts, crate_three(), ANY),
+        &[SHARE],
+    );
+}
+
+#[test]
+fn rw_seeded_readers_ignoring_the_writers_mark_pass_it() {
+    let texts = rw::texts().edit(
+        "read_acquire.lua",
+        "local mark = redis.call('pttl', KEYS[4])",
+        "local mark = -2",
+    );
+    breaks(
+        "rw, seeded: readers ignore the writer's mark",
+        rw(texts, crate_three(), (0, u8::MAX)),
+        &[WRITER_BYPASS],
+    );
+}
+
+#[test]
+fn rw_seeded_writer_ignoring_the_readers_turn_passes_a_reader() {
+    let texts = rw::texts().edit(
+        "write_acquire.lua",
+        "local turn = redis.call('pttl', KEYS[4])",
+        "local turn = -2",
+    );
+    breaks(
+        "rw, seeded: writers ignore the readers' turn",
+        rw(texts, crate_pair(), (0, 0)),
+        &[READER_BYPASS],
+    );
+}
