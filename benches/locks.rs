@@ -522,6 +522,48 @@ async fn w4(url: &str, n: usize) -> (f64, f64) {
     (calls_per_period, cpu_share)
 }
 
+/// W4 permits: `n` watched permits of one permit-expirable semaphore, held in watchdog
+/// mode; script calls per renewal period and CPU share, measured as W4.
+async fn w4_permits(url: &str, n: usize) -> (f64, f64) {
+    let wd = Duration::from_secs(3);
+    let c = Client::builder(url)
+        .watchdog_timeout(wd)
+        .build()
+        .await
+        .unwrap();
+    let pes = c.permit_expirable_semaphore("w4p");
+    pes.try_set_permits(n as u32).await.unwrap();
+    let mut guards = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let futs = chunk
+            .iter()
+            .map(|_| async { pes.acquire_permit().await.unwrap() });
+        guards.extend(futures_util::future::join_all(futs).await);
+    }
+    let periods = 3u32;
+    tokio::time::sleep(wd / 6).await; // between two renewal passes
+    let before_calls = evalsha_calls(&raw(url, &["INFO", "commandstats"]).await);
+    let before_cpu = cpu::cpu_ticks();
+    let start = Instant::now();
+    tokio::time::sleep(wd / 3 * periods).await;
+    let after_cpu = cpu::cpu_ticks();
+    let elapsed = start.elapsed();
+    let after_calls = evalsha_calls(&raw(url, &["INFO", "commandstats"]).await);
+    let calls_per_period = (after_calls - before_calls) as f64 / periods as f64;
+    let ticks_per_sec = 100.0;
+    let cpu_share = (after_cpu - before_cpu) as f64 / ticks_per_sec / elapsed.as_secs_f64();
+    assert!(
+        guards.iter().all(|g| !g.is_lost()),
+        "a watched permit was lost"
+    );
+    let futs = guards.into_iter().map(|g| g.release());
+    for r in futures_util::future::join_all(futs).await {
+        r.unwrap();
+    }
+    let _ = raw(url, &["DEL", "w4p", "{w4p}:timeout"]).await;
+    (calls_per_period, cpu_share)
+}
+
 /// W5: `waiters` tasks waiting on `names` names; pub/sub connections, memory per waiter,
 /// and time until all are served after release.
 async fn w5(url: &str, names: usize, waiters: usize) -> (usize, f64, f64, Duration, usize) {
@@ -787,6 +829,25 @@ async fn run_all(url: &str, q: bool) -> (Duration, Vec<Row>) {
         ));
     }
 
+    // W4, for watched permits of a permit-expirable semaphore
+    if wanted("W4P") {
+        let (calls, cpu) = w4_permits(url, 10_000 / scale).await;
+        rows.push(row(
+            "W4 watchdog (10,000 watched permits)",
+            "redis-rlock",
+            format!(
+                "{calls:.1} renew calls/period; CPU {:.2}% of a core",
+                cpu * 100.0
+            ),
+            format!(
+                "{:.2} calls per 100 permits",
+                calls / (100.0 / scale as f64).max(1.0)
+            ),
+            "<= 100 calls/period; CPU < 5%",
+            Some(calls <= 100.0 && cpu < 0.05),
+        ));
+    }
+
     // W5
     if wanted("W5") {
         let (conns, per_waiter, rss_per_waiter, served_in, served) =
@@ -926,6 +987,8 @@ client and (in W3) a second client process share the cores; compare rows of one 
   the limit; W3 acq/s with `RLOCK_BENCH_LIBS=ours,rslock`): before 0.79-0.82x, 0.43-0.50x,
   7,814-9,324; after 0.73-0.88x, 0.42-0.52x, 9,399-9,555. No change beyond the noise.
 - **W4.** One script call renews 100 locks; 10,000 locks cost 100 calls per period.
+  Watched permits are renewed the same way: one call per semaphore and 100 permits
+  (`lua/permit_renew.lua`).
 - **W5.** Live heap per waiter is counted by a counting allocator in the benchmark binary
   (the task, its future, its share of the channel entry and its hand-over ticket). RSS is
   shown too; it keeps the allocator's high-water mark from the burst of 10,000 first

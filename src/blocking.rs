@@ -69,11 +69,13 @@ use crate::identity::OwnerId;
 
 mod builder;
 mod lock;
+mod permits;
 mod sync;
 
 pub use crate::permits::Permit;
 pub use builder::ClientBuilder;
 pub use lock::{Lock, LockGuard};
+pub use permits::{PermitGuard, SemaphorePermit};
 pub use sync::{CountDownLatch, PermitExpirableSemaphore, ReadWriteLock, Semaphore};
 
 /// Worker threads of the runtime a blocking client starts for itself: one would do for

@@ -409,7 +409,9 @@ impl Client {
     ///
     /// In order: new acquisitions fail with [`Error::Closed`], and so do waiting ones,
     /// at once; every hold the client still has (held guards, watchdog or fixed lease)
-    /// is released in Redis, waking other clients' waiters; releases of dropped guards
+    /// is released in Redis, waking other clients' waiters, and so are the permits of
+    /// live permit guards ([`SemaphorePermit`](crate::SemaphorePermit),
+    /// [`PermitGuard`](crate::PermitGuard)); releases of dropped guards
     /// and requests still finishing in the background are waited for; pending request
     /// latches queued for deletion are deleted; then the watchdog, the pub/sub connection
     /// and every other task of the client stop. Guards still alive report

@@ -64,6 +64,7 @@ mod latch;
 mod line;
 mod lock;
 mod multi;
+mod permit_guard;
 mod permits;
 #[doc(hidden)]
 pub mod policy;
@@ -75,6 +76,7 @@ mod release;
 mod rw_lock;
 mod scripts;
 mod semaphore;
+mod semaphore_permit;
 mod services;
 mod slot;
 mod stats;
@@ -97,9 +99,11 @@ pub use identity::OwnerId;
 pub use latch::CountDownLatch;
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock, RedLock};
+pub use permit_guard::PermitGuard;
 pub use permits::{Permit, PermitExpirableSemaphore};
 pub use rw_lock::ReadWriteLock;
 pub use semaphore::Semaphore;
+pub use semaphore_permit::SemaphorePermit;
 pub use stats::Stats;
 
 /// Wire-level names of the lock layout (Redisson's), for tools that inspect or drive

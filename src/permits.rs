@@ -26,12 +26,22 @@ use crate::sync_wait::{wait_for, Try, Until};
 /// Made by [`Client::permit_expirable_semaphore`](crate::Client::permit_expirable_semaphore);
 /// cheap to clone.
 ///
+/// Take a permit with [`acquire_permit`](Self::acquire_permit) when the code that takes
+/// it also gives it back: its [`PermitGuard`](crate::PermitGuard) gives it back when
+/// dropped, and the client's watchdog keeps its lease alive meanwhile. The methods by id
+/// below are Redisson's, for a permit handed to other code by its id.
+///
 /// ```no_run
 /// # async fn demo() -> redis_rlock::Result<()> {
 /// use std::time::Duration;
 /// let client = redis_rlock::Client::connect("redis://127.0.0.1:6379").await?;
 /// let seats = client.permit_expirable_semaphore("seats");
 /// seats.try_set_permits(10).await?;
+/// {
+///     let seat = seats.acquire_permit().await?;   // renewed while `seat` lives
+///     // ... before recording the work: `if seat.is_lost() { /* give up */ }` ...
+/// }                                                // given back here
+/// // By id, as Redisson's methods:
 /// let permit = seats.acquire(Duration::from_secs(30)).await?;   // back by itself after 30 s
 /// seats.update_lease_time(permit.id(), Duration::from_secs(30)).await?;
 /// seats.release(permit.id()).await?;
@@ -45,16 +55,17 @@ use crate::sync_wait::{wait_for, Try, Until};
 /// took.
 #[derive(Clone)]
 pub struct PermitExpirableSemaphore {
-    inner: Arc<ClientInner>,
-    name: Arc<str>,
-    timeout: Arc<str>,
-    channel: Arc<str>,
+    pub(crate) inner: Arc<ClientInner>,
+    pub(crate) name: Arc<str>,
+    pub(crate) timeout: Arc<str>,
+    pub(crate) channel: Arc<str>,
 }
 
 /// One permit taken from a [`PermitExpirableSemaphore`]: its id and lease.
 ///
 /// Dropping it releases nothing (as with Redisson, the permit is a plain id); the permit
-/// comes back at the end of its lease unless released or renewed before.
+/// comes back at the end of its lease unless released or renewed before. For a permit
+/// that goes back on drop, see [`PermitGuard`](crate::PermitGuard).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Permit {
     id: String,
@@ -107,7 +118,7 @@ fn hex(bytes: &[u8]) -> String {
 /// The 16 bytes an id stands for. Ids of this crate and of Redisson are 32 hex digits;
 /// anything else could never name a permit, so it is refused as input, not answered
 /// "not held".
-fn unhex(id: &str) -> Result<[u8; 16]> {
+pub(crate) fn unhex(id: &str) -> Result<[u8; 16]> {
     let bad = || Error::InvalidPermitId { id: id.to_string() };
     if id.len() != 32 {
         return Err(bad());
@@ -148,7 +159,7 @@ impl PermitExpirableSemaphore {
         &self.channel
     }
 
-    fn keys(&self) -> PermitKeys<'_> {
+    pub(crate) fn keys(&self) -> PermitKeys<'_> {
         PermitKeys {
             name: &self.name,
             timeout: &self.timeout,
@@ -254,7 +265,11 @@ impl PermitExpirableSemaphore {
         self.acquire_within(lease, Until::after(wait)).await
     }
 
-    async fn acquire_within(&self, lease: Duration, until: Until) -> Result<Option<Permit>> {
+    pub(crate) async fn acquire_within(
+        &self,
+        lease: Duration,
+        until: Until,
+    ) -> Result<Option<Permit>> {
         check_lease(lease)?;
         self.check()?;
         wait_for(&self.inner, &self.channel, until, "permit acquire", || {

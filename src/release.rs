@@ -319,8 +319,14 @@ pub(crate) async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
     let limit = inner.offer_bound();
     inner.watchdog.stop();
     let holds = inner.table.drain();
+    let permits = inner.watchdog.drain_permits();
     let mut failed = None;
     let work = async {
+        // The permits of guards still alive: nothing else would give a plain
+        // semaphore's back.
+        if let Err(e) = crate::watchdog::give_back(&inner.conn, permits).await {
+            failed.get_or_insert(e);
+        }
         let releases = holds
             .iter()
             .map(|((name, field), kind)| release_field(inner, name, field, *kind));

@@ -124,6 +124,9 @@ pub(crate) static PERMIT_RELEASE: Lazy<LuaScript> =
 /// Renews a permit's lease (`lua/permit_update.lua`).
 pub(crate) static PERMIT_UPDATE: Lazy<LuaScript> =
     Lazy::new(|| LuaScript::new(counted!("permit_update.lua"), |_| true));
+/// Renews the leases of a batch of permits (`lua/permit_renew.lua`).
+pub(crate) static PERMIT_RENEW: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(counted!("permit_renew.lua"), |_| true));
 /// Counts expirable permits (`lua/permit_available.lua`).
 pub(crate) static PERMIT_AVAILABLE: Lazy<LuaScript> =
     Lazy::new(|| LuaScript::new(counted!("permit_available.lua"), |_| true));
@@ -188,6 +191,7 @@ pub(crate) fn source_of(file: &str) -> Option<&'static str> {
         "permit_acquire.lua" => &PERMIT_ACQUIRE,
         "permit_release.lua" => &PERMIT_RELEASE,
         "permit_update.lua" => &PERMIT_UPDATE,
+        "permit_renew.lua" => &PERMIT_RENEW,
         "permit_available.lua" => &PERMIT_AVAILABLE,
         "latch_count_down.lua" => &LATCH_COUNT_DOWN,
         "latch_set.lua" => &LATCH_SET,

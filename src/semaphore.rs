@@ -20,16 +20,22 @@ use crate::sync_wait::{wait_for, Try, Until};
 /// forever. Where that matters, use a
 /// [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore).
 ///
+/// Take permits with [`acquire_permits`](Self::acquire_permits) (or
+/// [`run`](Self::run)): the [`SemaphorePermit`](crate::SemaphorePermit) it returns gives
+/// them back when dropped, so a task that panics, returns early or is cancelled leaks
+/// none. [`acquire`](Self::acquire) and [`release`](Self::release) count only, as
+/// Redisson's: use them for permits taken in one place and given back in another (a Java
+/// peer, another process).
+///
 /// ```no_run
 /// # async fn demo() -> redis_rlock::Result<()> {
 /// use std::time::Duration;
 /// let client = redis_rlock::Client::connect("redis://127.0.0.1:6379").await?;
 /// let slots = client.semaphore("exports");
 /// slots.try_set_permits(3).await?;           // only if it does not exist yet
-/// if slots.try_acquire_for(1, Duration::from_secs(2)).await? {
+/// if let Some(_permit) = slots.try_acquire_permits_for(1, Duration::from_secs(2)).await? {
 ///     // ... at most 3 of these run at a time, across processes ...
-///     slots.release(1).await?;
-/// }
+/// }                                           // given back here
 /// # Ok(()) }
 /// ```
 ///
@@ -40,9 +46,9 @@ use crate::sync_wait::{wait_for, Try, Until};
 /// background and gives back what it took; a release already sent finishes there too.
 #[derive(Clone)]
 pub struct Semaphore {
-    inner: Arc<ClientInner>,
-    name: Arc<str>,
-    channel: Arc<str>,
+    pub(crate) inner: Arc<ClientInner>,
+    pub(crate) name: Arc<str>,
+    pub(crate) channel: Arc<str>,
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -192,7 +198,7 @@ impl Semaphore {
         self.acquire_within(permits, Until::after(wait)).await
     }
 
-    async fn acquire_within(&self, permits: u32, until: Until) -> Result<bool> {
+    pub(crate) async fn acquire_within(&self, permits: u32, until: Until) -> Result<bool> {
         check_count("permits", permits)?;
         self.check()?;
         let got = wait_for(

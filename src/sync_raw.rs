@@ -12,8 +12,8 @@ use crate::error::{Error, Result};
 use crate::raw::prefixed;
 use crate::scripts::{
     ScriptCall, COUNT_DELETE, LATCH_COUNT_DOWN, LATCH_SET, PERMIT_ACQUIRE, PERMIT_AVAILABLE,
-    PERMIT_RELEASE, PERMIT_UPDATE, SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE,
-    SEMAPHORE_SET,
+    PERMIT_RELEASE, PERMIT_RENEW, PERMIT_UPDATE, SEMAPHORE_ACQUIRE, SEMAPHORE_DRAIN,
+    SEMAPHORE_RELEASE, SEMAPHORE_SET,
 };
 use crate::slot::{has_hash_tag, key_slot};
 
@@ -302,6 +302,29 @@ pub(crate) async fn permit_update(
         .arg(id)
         .arg(lease.as_millis() as u64);
     Ok(int("permit update", run(call, conn, keys.name).await?.0)? == 1)
+}
+
+/// New leases for held permits, one call for all of `ids`; whether each was held.
+pub(crate) async fn permit_renew(
+    conn: &Conn,
+    keys: &PermitKeys<'_>,
+    ids: &[[u8; 16]],
+    lease: Duration,
+) -> Result<Vec<bool>> {
+    let mut call = keys
+        .call(&PERMIT_RENEW)
+        .arg(conn.publish_command())
+        .arg(lease.as_millis() as u64);
+    for id in ids {
+        call = call.arg(&id[..]);
+    }
+    let v = run(call, conn, keys.name).await?.0;
+    let held: Vec<i64> =
+        FromRedisValue::from_redis_value(v.clone()).map_err(|_| unexpected("permit renew", &v))?;
+    if held.len() != ids.len() {
+        return Err(unexpected("permit renew", &v));
+    }
+    Ok(held.into_iter().map(|h| h == 1).collect())
 }
 
 /// The available permits, after giving back those whose lease ended.

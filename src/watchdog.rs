@@ -32,6 +32,10 @@ use crate::raw::{self, Kind};
 use crate::stats::{Counters, Event};
 use crate::table::{Table, WatchEntry};
 
+mod permits;
+
+pub(crate) use permits::{give_back, Held, WatchedPermit};
+
 /// Why an entry is lost when its confirmed lease ran out.
 const EXPIRED: &str = "lease ran out before a renewal succeeded";
 
@@ -45,6 +49,8 @@ struct Shared {
     conn: Conn,
     lease: Duration,
     table: Arc<Table>,
+    /// Expirable permits held in watchdog mode.
+    permits: permits::Registry,
     passes: std::sync::atomic::AtomicU64,
     /// The runtime the timer runs on, where the client's background work goes.
     home: Mutex<Handle>,
@@ -75,6 +81,7 @@ impl Watchdog {
             conn,
             lease: config.watchdog_timeout,
             table,
+            permits: Default::default(),
             passes: Default::default(),
             home: Mutex::new(runtime.clone()),
             timer_alive: AtomicBool::new(true),
@@ -160,6 +167,67 @@ impl Watchdog {
         }
     }
 
+    /// Records a watched permit of the semaphore `keys` (name, lease set, channel)
+    /// taken by a request sent at `sent_at` with this watchdog's lease.
+    pub(crate) fn register_permit(
+        &self,
+        keys: (&Arc<str>, &Arc<str>, &Arc<str>),
+        id: [u8; 16],
+        sent_at: Instant,
+    ) -> Arc<WatchedPermit> {
+        self.ensure_timer();
+        self.shared
+            .permits
+            .add(keys, id, sent_at + self.shared.lease)
+    }
+
+    /// Stops renewing `entry`, before its release is sent; whether it was still renewed
+    /// (false once it was found lost).
+    pub(crate) fn release_permit(&self, entry: &Arc<WatchedPermit>) -> bool {
+        self.shared.permits.remove(entry)
+    }
+
+    /// Records the permits of a new guard (see [`permits::Registry::hold`]).
+    pub(crate) fn hold_permits(&self, held: Held) -> u64 {
+        self.shared.permits.hold(held)
+    }
+
+    /// Forgets a guard's permits; whether the caller is to give them back.
+    pub(crate) fn unhold_permits(&self, key: u64) -> bool {
+        self.shared.permits.unhold(key)
+    }
+
+    /// Every guard's permits, taken for shutdown; no permit is renewed after this.
+    pub(crate) fn drain_permits(&self) -> Vec<Held> {
+        self.shared.permits.drain()
+    }
+
+    /// Whether the watched permit is lost, as [`check_lost`](Self::check_lost).
+    pub(crate) fn check_permit_lost(&self, entry: &Arc<WatchedPermit>) -> bool {
+        if entry.lost.is_set() {
+            return true;
+        }
+        if entry.expired() {
+            self.shared.permits.mark_lost(entry, EXPIRED);
+            entry.lost.set();
+            return true;
+        }
+        false
+    }
+
+    /// Completes when the watched permit is lost.
+    pub(crate) async fn permit_lost(&self, entry: &Arc<WatchedPermit>) {
+        loop {
+            if self.check_permit_lost(entry) {
+                return;
+            }
+            tokio::select! {
+                _ = entry.lost.wait() => return,
+                _ = tokio::time::sleep_until(entry.valid_until()) => {}
+            }
+        }
+    }
+
     /// Stops the timer for good (the client shuts down).
     pub(crate) fn stop(&self) {
         self.shared.stopped.store(true, Ordering::SeqCst);
@@ -187,6 +255,11 @@ impl Drop for TimerTask {
         shared.timer_alive.store(false, Ordering::SeqCst);
         for entry in shared.table.all_watched() {
             shared.mark_lost(&entry, "the runtime that ran the watchdog shut down");
+        }
+        for entry in shared.permits.all() {
+            shared
+                .permits
+                .mark_lost(&entry, "the runtime that ran the watchdog shut down");
         }
     }
 }
@@ -220,6 +293,11 @@ impl Shared {
     }
 
     async fn pass(self: Arc<Self>) {
+        let permits = self.permits.renew_all(&self.conn, self.lease);
+        futures_util::future::join(permits, self.clone().pass_locks()).await;
+    }
+
+    async fn pass_locks(self: Arc<Self>) {
         let now = Instant::now();
         // Renewing a lease that ran out could revive a lock someone else may have had
         // meanwhile.

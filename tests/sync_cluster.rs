@@ -86,3 +86,51 @@ async fn synchronizers_wake_their_waiters_on_a_cluster() {
         Err(Error::NameNotClusterSafe { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watched_permits_on_several_masters_outlive_their_leases() {
+    let topo = tokio::task::spawn_blocking(ClusterTopology::start)
+        .await
+        .unwrap();
+    let a = Client::cluster(&topo.urls())
+        .watchdog_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(1500))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let b = client(&topo).await;
+    // Names in several slots: each semaphore's renewals go to its own slot.
+    let names = ["cs:pes:1", "cs:pes:2", "cs:pes:3", "{cs7}:pes"];
+    let mut guards = Vec::new();
+    for name in names {
+        let pes = a.permit_expirable_semaphore(name);
+        assert!(pes.try_set_permits(2).await.unwrap());
+        guards.push(pes.acquire_permit().await.unwrap());
+        guards.push(pes.acquire_permit().await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    for (name, pair) in names.iter().zip(guards.chunks(2)) {
+        assert!(pair.iter().all(|g| !g.is_lost()), "{name}: lost");
+        let other = b.permit_expirable_semaphore(*name);
+        let got = other
+            .try_acquire(Duration::from_secs(5), Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(
+            got.is_none(),
+            "{name}: another client took a watched permit"
+        );
+    }
+    drop(guards);
+    for name in names {
+        let other = b.permit_expirable_semaphore(name);
+        let got = other
+            .try_acquire(Duration::from_secs(5), Duration::from_secs(5))
+            .await;
+        assert!(
+            got.unwrap().is_some(),
+            "{name}: the dropped guards gave nothing back"
+        );
+    }
+}

@@ -58,8 +58,8 @@ impl ReadWriteLock {
 /// *Threads*). A call cannot be cancelled: it returns by the bound it was given.
 #[derive(Clone)]
 pub struct Semaphore {
-    inner: crate::Semaphore,
-    runtime: Arc<Runtime>,
+    pub(super) inner: crate::Semaphore,
+    pub(super) runtime: Arc<Runtime>,
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -170,8 +170,8 @@ impl Semaphore {
 /// Errors, panics and cancellation as for [`Semaphore`].
 #[derive(Clone)]
 pub struct PermitExpirableSemaphore {
-    inner: crate::PermitExpirableSemaphore,
-    runtime: Arc<Runtime>,
+    pub(super) inner: crate::PermitExpirableSemaphore,
+    pub(super) runtime: Arc<Runtime>,
 }
 
 impl std::fmt::Debug for PermitExpirableSemaphore {

@@ -6,6 +6,7 @@
 pub mod cluster_setup;
 pub mod proxy;
 pub mod redisson_fair;
+pub mod redisson_permits;
 pub mod redisson_rlock;
 pub mod server_bin;
 pub mod topology;
