@@ -4,23 +4,37 @@
 -- KEYS[2]  this holder's timeout key prefix: {<name>}:<field>:rwlock_timeout (hold n has
 --          the key <prefix>:<n>, value 1, expiring with that hold's lease)
 -- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
--- KEYS[4]  a writer of this crate waits: redisson_rwlock_writer:{<name>} (this crate's)
--- KEYS[5]  a reader of this crate waits: redisson_rwlock_reader:{<name>} (this crate's)
--- KEYS[6]  the readers' turn after a writer: redisson_rwlock_readturn:{<name>} (ours)
+-- KEYS[4]  writers of this crate that wait: redisson_rwlock_writers:{<name>} (ours), a
+--          sorted set of write fields scored by when each one's mark ends (server ms)
+-- KEYS[5]  readers of this crate that wait: redisson_rwlock_readers:{<name>} (ours), alike
+-- KEYS[6]  the readers' turn after a writer: redisson_rwlock_turn:{<name>} (ours), the
+--          waiting readers a writer's last unlock found, each leaving it when granted
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>" (its write field is that plus ':write')
 -- ARGV[3]  how long the latch is kept, in ms
 -- ARGV[4]  '1' when the client knows of no read hold of this field, '0' otherwise
 -- ARGV[5]  '1' when this request was sent before and its reply was lost, '0' the first time
--- ARGV[6]  '1' when the caller waits if it is refused: it sets KEYS[5] for ARGV[7] ms
+-- ARGV[6]  '1' when the caller waits if it is refused: it marks its field in KEYS[5]
 -- ARGV[7]  how long the reader's mark lasts, in ms (the waiter asks again within half)
 -- Returns {1, 0, latched} when the caller now holds one more read hold; {0, pttl} when a
--- writer other than the caller holds the lock, or when a writer waits (KEYS[4]) and the
--- caller holds no read hold yet (unless it is the readers' turn, KEYS[6]): then the
--- PTTL is the mark's.
+-- writer other than the caller holds the lock, or when a writer's mark in KEYS[4] is
+-- live and the caller holds no read hold yet (unless it is the readers' turn, KEYS[6]):
+-- then the PTTL is the marks' key's.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function waiting()
     if KEYS[5] and ARGV[6] == '1' then
-        redis.call('set', KEYS[5], 1, 'px', ARGV[7])
+        -- One mark per waiter: a grant takes only its own away, so a reader let in
+        -- never clears the mark of another that still waits. Ended marks (a waiter
+        -- that went away) are dropped here.
+        local ended = redis.call('zrangebyscore', KEYS[5], '-inf', now)
+        if #ended > 0 then
+            redis.call('zrem', KEYS[5], unpack(ended))
+        end
+        redis.call('zadd', KEYS[5], now + tonumber(ARGV[7]), ARGV[2])
+        if redis.call('pttl', KEYS[5]) < tonumber(ARGV[7]) then
+            redis.call('pexpire', KEYS[5], ARGV[7])
+        end
     end
 end
 if ARGV[5] == '1' then
@@ -55,13 +69,15 @@ end
 -- it out for good. A reader re-entering (or a writer downgrading) is not held back: the
 -- writer waits for it anyway. Right after a writer that found readers waiting, it is
 -- their turn (KEYS[6]), and they go first: writers that keep coming cannot keep them
--- out for good either.
+-- out for good either. The turn lasts until each reader it was made for is in (or it
+-- runs out), not until the readers inside leave: a reader woken by the writer's unlock
+-- may ask after others came in on the turn and left.
 if KEYS[4] and mode ~= 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 0
     and not (KEYS[6] and redis.call('exists', KEYS[6]) == 1) then
-    local mark = redis.call('pttl', KEYS[4])
-    if mark > 0 then
+    local marked = redis.call('zrangebyscore', KEYS[4], '(' .. now, '+inf', 'limit', 0, 1)
+    if #marked > 0 then
         waiting()
-        return {0, mark}
+        return {0, redis.call('pttl', KEYS[4])}
     end
 end
 -- Readers share; the writer may also read (a downgrade), as in Redisson.
@@ -70,9 +86,12 @@ if mode == false or mode == 'read'
     if mode == false then
         redis.call('hset', KEYS[1], 'mode', 'read')
     end
-    -- Readers are in: a reader still refused sets the mark again.
+    -- This reader waits no more, and has had its turn.
     if KEYS[5] then
-        redis.call('del', KEYS[5])
+        redis.call('zrem', KEYS[5], ARGV[2])
+    end
+    if KEYS[6] then
+        redis.call('zrem', KEYS[6], ARGV[2])
     end
     local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])

@@ -4,7 +4,6 @@
 -- KEYS[3]  unlock latch: redisson_unlock_latch:{<name>}:<request id>
 -- KEYS[4]  this holder's timeout key prefix: {<name>}:<field>:rwlock_timeout
 -- KEYS[5]  the prefix of every holder's timeout keys: {<name>}
--- KEYS[6]  the readers' turn after a writer: redisson_rwlock_readturn:{<name>} (ours)
 -- ARGV[1]  message ("0": one waiter per client may go)
 -- ARGV[2]  holder field
 -- ARGV[3]  how long the latch is kept, in ms
@@ -71,8 +70,4 @@ if type(sent) == 'table' and sent.err then
     return redis.error_reply('NOPERM publish refused: ' .. sent.err)
 end
 redis.call('del', KEYS[1])
--- The readers' turn ends with its last reader: a waiting writer is next.
-if KEYS[6] then
-    redis.call('del', KEYS[6])
-end
 return 1

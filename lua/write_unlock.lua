@@ -2,8 +2,9 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  channel: redisson_rwlock:{<name>}
 -- KEYS[3]  unlock latch: redisson_unlock_latch:{<name>}:<request id>
--- KEYS[4]  a reader of this crate waits: redisson_rwlock_reader:{<name>} (this crate's)
--- KEYS[5]  the readers' turn after a writer: redisson_rwlock_readturn:{<name>} (ours)
+-- KEYS[4]  readers of this crate that wait: redisson_rwlock_readers:{<name>} (ours), a
+--          sorted set of read fields scored by when each one's mark ends (server ms)
+-- KEYS[5]  the readers' turn after a writer: redisson_rwlock_turn:{<name>} (ours)
 -- ARGV[1]  message ("1": every waiter may go, readers share)
 -- ARGV[2]  lease to set when write holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[3]  write holder field: "<client uuid>:<owner id>:write"
@@ -46,12 +47,26 @@ end
 redis.call('hdel', KEYS[1], ARGV[3])
 if redis.call('hlen', KEYS[1]) == 1 then
     redis.call('del', KEYS[1])
-    -- Readers of this crate wait: theirs is the next turn, not another writer's.
-    if KEYS[5] and redis.call('del', KEYS[4]) == 1 then
-        redis.call('set', KEYS[5], 1, 'px', ARGV[8])
-    end
 else
     -- The writer's own read holds remain (a downgrade).
     redis.call('hset', KEYS[1], 'mode', 'read')
+end
+-- Readers of this crate wait: theirs is the next turn, not another writer's. The turn
+-- names them, and lasts until each is in (or ARGV[8] ms): readers that come meanwhile
+-- and leave do not end it before a woken reader has asked.
+if KEYS[5] then
+    local t = redis.call('time')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local waiting = redis.call('zrangebyscore', KEYS[4], '(' .. now, '+inf')
+    redis.call('del', KEYS[4])
+    if #waiting > 0 then
+        local named = {}
+        for _, f in ipairs(waiting) do
+            named[#named + 1] = 0
+            named[#named + 1] = f
+        end
+        redis.call('zadd', KEYS[5], unpack(named))
+        redis.call('pexpire', KEYS[5], ARGV[8])
+    end
 end
 return 1

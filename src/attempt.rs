@@ -201,10 +201,14 @@ impl Target {
                             .await;
                         }
                         // A writer's busy answer marked it waiting, which holds new
-                        // readers back; as when a writer gives up (another writer still
-                        // waiting marks it again at its next attempt).
-                        if waits && hold.kind == crate::raw::Kind::Write {
-                            let _ = raw::clear_writer_mark(&inner.conn, &hold.name).await;
+                        // readers back (a reader's, a turn for it); as when a waiter
+                        // gives up.
+                        if waits
+                            && matches!(hold.kind, crate::raw::Kind::Write | crate::raw::Kind::Read)
+                        {
+                            let _ =
+                                raw::clear_mark(&inner.conn, &hold.name, &hold.field, hold.kind)
+                                    .await;
                         }
                     }
                     _ => {}

@@ -70,9 +70,10 @@ impl<'a> InLine<'a> {
                 self.joined = true;
                 t.inner().table.join_line(&t.name);
             }
-            // Each waiter of a fair lock has its own place in the lock's queue, and a
-            // waiting writer holds new readers back.
-            Kind::Fair | Kind::Write => self.joined = true,
+            // Each waiter of a fair lock has its own place in the lock's queue, a
+            // waiting writer holds new readers back, and a waiting reader may be named
+            // in a readers' turn that holds writers back.
+            Kind::Fair | Kind::Write | Kind::Read => self.joined = true,
             _ => {}
         }
     }
@@ -124,12 +125,13 @@ impl InLine<'_> {
         if self.granted_by_redis {
             return None;
         }
-        if t.kind == Kind::Write {
-            // Readers need not wait out the mark of a writer that stopped waiting. (Another
-            // writer still waiting sets it again at its next attempt.)
+        if matches!(t.kind, Kind::Write | Kind::Read) {
+            // Readers need not wait out the mark of a writer that stopped waiting, nor
+            // writers a readers' turn named for a reader that left.
+            let (field, kind) = (self.field.clone(), t.kind);
             return Some(Box::pin(async move {
-                if let Err(e) = raw::clear_writer_mark(&inner.conn, &name).await {
-                    tracing::debug!(lock = %name, error = %e, "could not clear the writer's mark; it ends by itself");
+                if let Err(e) = raw::clear_mark(&inner.conn, &name, &field, kind).await {
+                    tracing::debug!(lock = %name, error = %e, "could not clear the waiter's mark; it ends by itself");
                 }
             }));
         }

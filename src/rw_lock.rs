@@ -26,7 +26,10 @@ use crate::services::ClientInner;
 /// - The owner that holds the read lock gets [`Error::UpgradeRefused`](crate::Error::UpgradeRefused)
 ///   at once from any call of `write()` that would take the lock: readers block every
 ///   writer, that owner too, so it would wait for itself forever.
-/// - Not fair (as Redisson's): a steady stream of readers can keep a writer waiting.
+/// - Between clients of this crate neither side starves: a waiting writer holds new
+///   readers back, and a writer's unlock that finds readers waiting gives them the next
+///   turn (`docs/protocol.md` 7.4). Redisson's readers and writers look at neither, so
+///   against them the lock is as unfair as Redisson's.
 /// - No hand-over: every release is published on `redisson_rwlock:{<name>}`, where all
 ///   waiters of the name sleep on the client's one pub/sub connection (see
 ///   `docs/protocol.md`, "Read-write lock").

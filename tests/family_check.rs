@@ -214,34 +214,36 @@ fn crate_three() -> Vec<(Kind, Role, u8)> {
     ]
 }
 
-/// Fails on today's scripts (found by this checker; reported on issue 25, not fixed
-/// here): the writers' mark is one key for all writers, and a writer's grant deletes it
-/// while another writer still waits; until that writer asks again (at once when the
-/// unlock's message wakes it, else within half the mark), new readers pass it. Another
-/// writer of more rounds repeats the window. The reader's side fails as in
-/// `rw_crate_reader_is_passed_when_another_reader_ends_the_turn`.
+/// Finding B of issue 25, fixed: the writers' mark was one key for all writers, and a
+/// writer's grant deleted it while another writer still waited, so new readers passed
+/// that writer until it asked again. Each writer now has its own mark (a member of the
+/// writers' sorted set), and a grant takes away its own only. Before the fix:
 ///
 /// ```text
 /// [0 ms] Crate writer 0 is granted
 /// [0 ms] Crate writer 1 is refused            (sets the writers' mark)
 /// [0 ms] Crate writer 0 unlocks
-/// [0 ms] Crate writer 0 is granted            (deletes the mark)
+/// [0 ms] Crate writer 0 is granted            (deleted the mark)
 /// [0 ms] Crate writer 0 unlocks
-/// [0 ms] Crate reader 2 is granted            (passes writer 1, woken, not yet asked)
+/// [0 ms] Crate reader 2 is granted            (passed writer 1, woken, not yet asked)
 /// ```
-#[test]
-#[ignore = "fails: a writer's grant clears the mark another waiting writer set"]
-fn rw_crate_writer_is_passed_when_another_writer_clears_the_mark() {
-    let actors = vec![
+///
+/// A waiting reader may be passed once here: held back by writer 1's mark on a free
+/// lock, it lets writer 0, which did not wait, take the lock before writer 0's unlock
+/// starts the readers' turn (N_r = 0 fails on that, 5 steps).
+fn writers_and_a_reader() -> Vec<(Kind, Role, u8)> {
+    vec![
         (Crate, Role::Write, 2),
         (Crate, Role::Write, 1),
-        (Crate, Role::Read, 2),
         (Crate, Role::Read, 1),
-    ];
-    let world = rw(rw::texts(), actors, (0, 1));
+    ]
+}
+
+#[test]
+fn rw_crate_writer_is_not_passed_when_another_writer_is_granted() {
     holds(
-        "rw, crate writers x2 and x1, readers x2 and x1, 6 ms",
-        world,
+        "rw, crate writers x2 and x1, reader x1, 6 ms, N_w = 0, N_r = 1",
+        rw(rw::texts(), writers_and_a_reader(), (0, 1)),
     );
 }
 
@@ -253,35 +255,24 @@ fn rw_crate_writer_and_reader_share_exclude_and_pass_nobody() {
     );
 }
 
-#[test]
-fn rw_crate_readers_never_pass_a_waiting_writer_outside_their_turn() {
-    // A reader is passed at most once here only because the other reader has one
-    // round: see the ignored test below.
-    holds(
-        "rw, crate writer x2, readers x2 and x1, 6 ms",
-        rw(rw::texts(), crate_three(), (0, 1)),
-    );
-}
-
-/// Fails on today's scripts (found by this checker; reported on issue 25, not fixed
-/// here): the readers' turn ends with its last reader even while a waiting reader, woken
-/// by the writer's unlock, has not come in yet; a writer then passes that reader again.
-/// With more rounds the same loop repeats, so no bound holds for a reader once another
-/// reader can end the turn:
+/// Finding A of issue 25, fixed: the readers' turn a writer's unlock started for a
+/// waiting reader ended with the last reader's unlock, even while that reader, woken by
+/// the unlock's message, had not come in yet; a writer then passed it again, as often as
+/// the others had rounds. The turn now names the waiting readers it was made for and
+/// lasts until each is granted (or it runs out). Before the fix:
 ///
 /// ```text
 /// [0 ms] Crate writer 0 is granted
 /// [0 ms] Crate reader 1 is refused            (sets the reader's mark)
 /// [0 ms] Crate writer 0 unlocks               (finds the mark: the readers' turn)
 /// [0 ms] Crate reader 2 is granted (readers' turn)
-/// [0 ms] Crate reader 2 unlocks               (the last reader: the turn ends)
+/// [0 ms] Crate reader 2 unlocks               (the last reader: the turn ended)
 /// [0 ms] Crate writer 0 is granted            (reader 1, woken, has not asked yet)
 /// ```
 #[test]
-#[ignore = "fails: a turn ended by another reader lets a writer pass a woken reader"]
-fn rw_crate_reader_is_passed_when_another_reader_ends_the_turn() {
+fn rw_crate_reader_is_not_passed_when_another_reader_leaves_the_turn() {
     holds(
-        "rw, crate writer x2, readers x2 and x1, 6 ms, N = 0",
+        "rw, crate writer x2, readers x2 and x1, 6 ms, N_w = 0, N_r = 0",
         rw(rw::texts(), crate_three(), (0, 0)),
     );
 }
@@ -360,8 +351,8 @@ fn rw_seeded_reader_refused_by_readers_breaks_sharing() {
 fn rw_seeded_readers_ignoring_the_writers_mark_pass_it() {
     let texts = rw::texts().edit(
         "read_acquire.lua",
-        "local mark = redis.call('pttl', KEYS[4])",
-        "local mark = -2",
+        "local marked = redis.call('zrangebyscore', KEYS[4], '(' .. now, '+inf', 'limit', 0, 1)",
+        "local marked = {}",
     );
     breaks(
         "rw, seeded: readers ignore the writer's mark",
@@ -380,6 +371,34 @@ fn rw_seeded_writer_ignoring_the_readers_turn_passes_a_reader() {
     breaks(
         "rw, seeded: writers ignore the readers' turn",
         rw(texts, crate_pair(), (0, 0)),
+        &[READER_BYPASS],
+    );
+}
+
+#[test]
+fn rw_seeded_writer_grant_clearing_every_mark_lets_a_reader_pass() {
+    let texts = rw::texts().edit(
+        "write_acquire.lua",
+        "redis.call('zrem', KEYS[3], ARGV[2])",
+        "redis.call('del', KEYS[3])",
+    );
+    breaks(
+        "rw, seeded: a writer's grant clears every writer's mark (finding B)",
+        rw(texts, writers_and_a_reader(), (0, 1)),
+        &[WRITER_BYPASS],
+    );
+}
+
+#[test]
+fn rw_seeded_reader_ending_the_whole_turn_lets_a_writer_pass() {
+    let texts = rw::texts().edit(
+        "read_acquire.lua",
+        "redis.call('zrem', KEYS[6], ARGV[2])",
+        "redis.call('del', KEYS[6])",
+    );
+    breaks(
+        "rw, seeded: a reader's grant ends the turn for all (finding A)",
+        rw(texts, crate_three(), (0, 0)),
         &[READER_BYPASS],
     );
 }

@@ -570,8 +570,8 @@ fn retried_grants_of_the_other_kinds_replay_with_a_write() {
         write
             .key("rw-lua")
             .key("redisson_acquire_latch:{rw-lua}:r1")
-            .key("redisson_rwlock_writer:{rw-lua}")
-            .key("redisson_rwlock_readturn:{rw-lua}")
+            .key("redisson_rwlock_writers:{rw-lua}")
+            .key("redisson_rwlock_turn:{rw-lua}")
             .arg(lease)
             .arg("c:1:write")
             .arg(10_000)

@@ -41,14 +41,15 @@ pub(crate) fn timeout_prefix(name: &str, field: &str) -> String {
     format!("{}:{field}:rwlock_timeout", key_prefix(name))
 }
 
-/// How long a waiting writer's mark holds back new readers of this crate; the writer
-/// asks again within half of it, so the mark lasts while it waits.
+/// How long a waiting writer's (or reader's) mark lasts; the waiter asks again within
+/// half of it, so the mark lasts while it waits.
 pub(crate) const WRITER_MARK: Duration = Duration::from_secs(2);
 
-/// Set while a writer of this crate waits: `redisson_rwlock_writer:{<name>}` (this
-/// crate's own key; Redisson's readers do not look at it).
+/// The writers of this crate that wait: `redisson_rwlock_writers:{<name>}` (this crate's
+/// own key; Redisson's readers do not look at it), a sorted set of write fields scored by
+/// when each one's mark ends. New readers of this crate wait while any mark is live.
 pub fn writer_key(name: &str) -> String {
-    prefixed("redisson_rwlock_writer", name)
+    prefixed("redisson_rwlock_writers", name)
 }
 
 pub(super) fn acquire_call(call: &AcquireCall<'_>) -> ScriptCall {
@@ -85,31 +86,40 @@ pub(super) fn acquire_call(call: &AcquireCall<'_>) -> ScriptCall {
     }
 }
 
-/// Set while a reader of this crate waits: `redisson_rwlock_reader:{<name>}` (this
-/// crate's own key). A writer's last unlock that finds it starts the readers' turn.
+/// The readers of this crate that wait: `redisson_rwlock_readers:{<name>}` (this crate's
+/// own key), scored as [`writer_key`]'s. A writer's last unlock that finds a live mark
+/// there starts the readers' turn for them.
 pub fn reader_key(name: &str) -> String {
-    prefixed("redisson_rwlock_reader", name)
+    prefixed("redisson_rwlock_readers", name)
 }
 
-/// The readers' turn after a writer: `redisson_rwlock_readturn:{<name>}` (this crate's
-/// own key). While it lasts, new readers of this crate pass a waiting writer's mark and
-/// new writers wait; the last reader's unlock ends it.
+/// The readers' turn after a writer: `redisson_rwlock_turn:{<name>}` (this crate's own
+/// key), the waiting readers the writer's unlock found. While it lasts, new readers of
+/// this crate pass a waiting writer's mark and new writers wait; it ends when each
+/// reader it names has been granted, or after 50 ms at most.
 pub fn read_turn_key(name: &str) -> String {
-    prefixed("redisson_rwlock_readturn", name)
+    prefixed("redisson_rwlock_turn", name)
 }
 
 /// How long a readers' turn lasts at most: readers that keep coming may hold a waiting
 /// writer back this long.
 pub(crate) const READ_TURN: Duration = Duration::from_millis(50);
 
-/// Clears a waiting writer's mark: the writer stopped waiting without the lock.
-pub(crate) async fn clear_writer_mark(conn: &Conn, name: &str) -> Result<()> {
-    let mut cmd = redis::cmd("DEL");
-    cmd.arg(writer_key(name));
-    conn.query(&cmd)
-        .await
-        .map(|_| ())
-        .map_err(|e| conn.error(e, name))
+/// Clears the mark of a waiter of `kind` with holder `field` (a writer's ends in
+/// `:write`): it stopped waiting without the lock. A reader also leaves a turn made for
+/// it, which would otherwise keep writers out until the turn runs out.
+pub(crate) async fn clear_mark(conn: &Conn, name: &str, field: &str, kind: Kind) -> Result<()> {
+    let keys = if kind == Kind::Write {
+        vec![writer_key(name)]
+    } else {
+        vec![reader_key(name), read_turn_key(name)]
+    };
+    for key in keys {
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(key).arg(field);
+        conn.query(&cmd).await.map_err(|e| conn.error(e, name))?;
+    }
+    Ok(())
 }
 
 /// A read-write lock never hands over: `call.next` is not sent.
@@ -122,7 +132,6 @@ pub(super) fn release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
             .key(call.latch)
             .key(timeout_prefix(call.name, call.field))
             .key(key_prefix(call.name))
-            .key(read_turn_key(call.name))
             .arg(super::UNLOCK_MESSAGE)
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))

@@ -72,7 +72,6 @@ fn read_unlock(r: &mut Rng, s: &Store) -> Call {
         .key(latch("redisson_unlock_latch", NAME, r))
         .key(timeout_prefix(&f))
         .key(format!("{{{NAME}}}"))
-        .key(read_turn_key(NAME))
         .arg("0")
         .arg(f)
         .arg(latch_ttl(r))

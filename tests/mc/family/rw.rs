@@ -142,12 +142,18 @@ impl Rw {
         }
     }
 
+    /// Some waiter's mark in the sorted set `key` has not ended (its score, the time it
+    /// ends, is later than now), as `read_acquire.lua` asks.
     fn live(&self, key: &str) -> bool {
-        self.store.pttl(key.as_bytes()) > 0
+        let now = self.now() as f64;
+        match self.store.entry(key.as_bytes()).map(|e| &e.value) {
+            Some(Value::ZSet(z)) => z.iter().any(|(_, s)| s.0 > now),
+            _ => false,
+        }
     }
 
     /// The readers' turn is on: its key exists (`read_acquire.lua` asks `EXISTS`, which
-    /// still sees a key at PTTL 0).
+    /// still sees a key at PTTL 0); it goes when the last reader it names is granted.
     fn turn(&self) -> bool {
         self.store.entry(read_turn_key(NAME).as_bytes()).is_some()
     }
@@ -218,14 +224,7 @@ impl Rw {
         let (reply, sent) = match (a.kind, a.role) {
             (Kind::Crate, Role::Read) => {
                 let src = texts.get("read_unlock.lua").clone();
-                let keys = [
-                    NAME.into(),
-                    channel,
-                    latch,
-                    tp,
-                    format!("{{{NAME}}}"),
-                    read_turn_key(NAME),
-                ];
+                let keys = [NAME.into(), channel, latch, tp, format!("{{{NAME}}}")];
                 run(
                     &mut self.store,
                     &src,
