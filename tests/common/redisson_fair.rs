@@ -6,10 +6,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis_rlock::protocol::{channel_name, queue_key, timeout_key};
 
-// The scripts' texts are shared with the checker (`tests/mc/family/fair.rs`).
-#[allow(dead_code)]
-#[path = "../mc/family/peer.rs"]
-mod peer;
+use super::peer;
 
 /// The lease the peer takes: Redisson's watchdog default, longer than any test holds.
 pub const LEASE_MS: i64 = 30_000;

@@ -53,6 +53,7 @@ fn keeps_the_order_over_second_rounds_and_a_give_up() {
     );
 }
 
+/// Redisson 1 holds; crate 0's acquire joins it (2 steps).
 #[test]
 fn seeded_grant_of_a_held_lock_breaks_exclusion() {
     let texts = fair::texts().edit(
@@ -67,6 +68,9 @@ fn seeded_grant_of_a_held_lock_breaks_exclusion() {
     );
 }
 
+/// Crate 3 joins behind crate 1 and takes the free lock (5 steps). The grant also takes
+/// W off crate 1's deadline while it stays behind: it is purged at its next ask (9
+/// steps), as the floor's argument counts on grants going to the head only.
 #[test]
 fn seeded_grant_to_any_waiter_breaks_fifo() {
     let texts = fair::texts().edit(
@@ -85,6 +89,9 @@ fn seeded_grant_to_any_waiter_breaks_fifo() {
     );
 }
 
+/// Issue 25's case in model time (12 steps): Redisson 2 joins with the holder's PTTL + W
+/// (6 ms), crate 1 behind it with 6 + W (9, below its floor 5 + 2W = 11); Redisson 2's
+/// grant takes W off (6), and crate 1's own next ask, 1 ms later, purges it.
 #[test]
 fn seeded_crate_waiter_without_its_floor_is_purged() {
     let texts = fair::texts().edit(
@@ -104,6 +111,8 @@ fn seeded_crate_waiter_without_its_floor_is_purged() {
     );
 }
 
+/// Crate 0 gives up behind Redisson 1 and takes W off its deadline (3 ms, where
+/// Redisson's arithmetic gives 6): crate 2's ask purges it and takes the lock (9 steps).
 #[test]
 fn seeded_leave_shortening_waiters_ahead_purges_a_redisson_waiter() {
     let texts = fair::texts().edit(
@@ -123,6 +132,7 @@ fn seeded_leave_shortening_waiters_ahead_purges_a_redisson_waiter() {
     );
 }
 
+/// Crate 2 waits, is granted and unlocks: its deadline stays in the set (7 steps).
 #[test]
 fn seeded_grant_keeping_its_deadline_leaves_the_timeout_set() {
     let texts = fair::texts().edit("fair_acquire.lua", "redis.call('zrem', KEYS[3], field)", "");
