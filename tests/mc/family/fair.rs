@@ -10,8 +10,8 @@
 //! `tests/common/redisson_fair.rs`) with the model's clock as its own, and asks again
 //! whenever it likes (a message, or the wait it was told): messages only make a waiter
 //! ask sooner, and every ask is already offered, so they are left out. A hold ends before
-//! its lease (the clock does not pass it while held): leases and the watchdog are the
-//! plain lock's.
+//! its lease (the clock does not pass it while held): leases ending and the watchdog are
+//! the plain lock's, not modelled here.
 //!
 //! The model keeps its own line: who joined the queue, in the order they did. A Redisson
 //! waiter that Redisson's arithmetic drops (its deadline as Redisson's scripts alone
@@ -289,7 +289,8 @@ impl Fair {
         }
     }
 
-    /// Live waiters ahead of actor i in the line (all of them if it is not in it).
+    /// Whether a live waiter is ahead of actor i in the line (anywhere in it, if actor i
+    /// is not in it).
     fn passed_by(&self, i: usize) -> bool {
         let ahead = self.line.iter().take_while(|&&b| b != i);
         ahead.copied().any(|b| self.live(b))
@@ -393,10 +394,7 @@ impl World for Fair {
 
     fn apply(&mut self, a: Act) -> String {
         let i = match a {
-            Act::Tick => {
-                self.store.now_ms += 1;
-                return "tick".into();
-            }
+            Act::Tick => return super::tick(&mut self.store),
             Act::Ask(i) | Act::Unlock(i) | Act::GiveUp(i) | Act::Crash(i) => i,
         };
         let who = format!("{:?} {i}", self.actors[i].kind);

@@ -124,6 +124,12 @@ pub fn int(r: &Reply) -> i64 {
     }
 }
 
+/// The model clock moves on by 1 ms; the trace's line for it.
+pub fn tick(store: &mut Store) -> String {
+    store.now_ms += 1;
+    "tick".into()
+}
+
 /// `World::store` and `World::store_mut` for a world that keeps its store in `store`.
 macro_rules! store_in_field {
     () => {
