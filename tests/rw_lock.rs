@@ -2,18 +2,14 @@
 //! test.
 
 mod common;
-// Redisson's read and write scripts, typed in once for this test and the checker; the
-// peer's holder is `<PEER_ID>:<thread>`.
-#[allow(dead_code)]
-#[path = "mc/family/peer.rs"]
-mod peer;
 
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{eventually, RedisServer};
-use peer::{
+// Redisson's read and write scripts; the peer's holder is `<PEER_ID>:<thread>`.
+use common::peer::{
     READ_ACQUIRE as PEER_READ_ACQUIRE, READ_UNLOCK as PEER_READ_UNLOCK,
     WRITE_ACQUIRE as PEER_WRITE_ACQUIRE, WRITE_UNLOCK as PEER_WRITE_UNLOCK,
 };

@@ -52,6 +52,7 @@ const COMMANDS: &[(&str, i32, Handler)] = &[
     ("zincrby", 4, zset::zincrby),
     ("zcard", 2, zset::zcard),
     ("zrangebyscore", -4, zset::zrangebyscore),
+    ("zrange", 4, zset::zrange),
 ];
 
 /// Runs one command (`args[0]` is its name, in any case) on `store`.

@@ -77,6 +77,31 @@ pub fn zcard(s: &mut Store, a: &[Vec<u8>]) -> Out {
     Ok(Reply::Int(z.map_or(0, |z| z.len()) as i64))
 }
 
+/// `ZRANGE key start stop`, by index only (no options): members in score order, equal
+/// scores in member order, the indices clamped as `LRANGE`'s.
+pub fn zrange(s: &mut Store, a: &[Vec<u8>]) -> Out {
+    if a.len() > 3 {
+        return Err("ZRANGE options are not modelled".into());
+    }
+    let (start, stop) = match (int_arg(&a[1]), int_arg(&a[2])) {
+        (Ok(start), Ok(stop)) => (start, stop),
+        (Err(e), _) | (_, Err(e)) => return Ok(e),
+    };
+    let z = or_reply!(s.zset(&a[0]));
+    let mut all: Vec<(Score, &Vec<u8>)> = z.into_iter().flatten().map(|(m, d)| (*d, m)).collect();
+    all.sort();
+    let len = all.len() as i64;
+    let at = |i: i64| if i < 0 { i + len } else { i };
+    let (start, stop) = (at(start).max(0), at(stop).min(len - 1));
+    if start > stop {
+        return Ok(Reply::Array(Vec::new()));
+    }
+    let members = all[start as usize..=stop as usize].iter();
+    Ok(Reply::Array(
+        members.map(|(_, m)| Reply::bulk(*m)).collect(),
+    ))
+}
+
 /// One end of a score range: its value and whether it is exclusive (`(`).
 fn bound(b: &[u8]) -> Option<(f64, bool)> {
     match b.strip_prefix(b"(") {

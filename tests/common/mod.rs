@@ -4,6 +4,9 @@
 #![allow(dead_code)]
 
 pub mod cluster_setup;
+/// Redisson's scripts typed in once for these tests and the checker (`tests/mc/family/`).
+#[path = "../mc/family/peer.rs"]
+pub mod peer;
 pub mod proxy;
 pub mod redisson_fair;
 pub mod redisson_permits;

@@ -60,11 +60,17 @@ fn list_cmd(r: &mut Rng, k: &str) -> Call {
 
 fn zset_cmd(r: &mut Rng, k: &str) -> Call {
     let m = r.pick(&FIELDS);
-    match r.below(6) {
+    match r.below(7) {
         0 | 1 => command(&["zadd", k, r.pick(&SCORES), m]),
         2 => command(&["zrem", k, m, r.pick(&FIELDS)]),
         3 => command(&["zscore", k, m]),
         4 => command(&["zcard", k]),
+        5 => command(&[
+            "zrange",
+            k,
+            r.pick(&["0", "1", "-1", "-2", "5"]),
+            r.pick(&["0", "-1", "1", "-3"]),
+        ]),
         _ => {
             let mut args = vec!["zrangebyscore", k, r.pick(&BOUNDS), r.pick(&BOUNDS)];
             if r.chance(50) {

@@ -1,5 +1,5 @@
-//! The checker over the lock family (issue 25, goal 2): the semaphores, the latch and
-//! the read-write lock, each a world of its own over the crate's real scripts and
+//! The checker over the lock family (issue 25, goal 2): the semaphores, the latch, the
+//! read-write lock and the fair lock, each a world of its own over the crate's real scripts and
 //! Redisson's own scripts typed in (`peer.rs`), explored by `explore.rs`.
 //!
 //! Each world is small: one store on a model clock, a few actors whose steps are script
@@ -7,6 +7,7 @@
 //! the script texts of a config (a seeded bug edits one), a script run that hands back
 //! its messages, and the adapter that makes a world a `Model`.
 
+pub mod fair;
 pub mod latch;
 pub mod peer;
 pub mod permits;
@@ -121,6 +122,12 @@ pub fn int(r: &Reply) -> i64 {
         Reply::Array(a) if !a.is_empty() => int(&a[0]),
         other => panic!("not an integer reply: {other:?}"),
     }
+}
+
+/// The model clock moves on by 1 ms; the trace's line for it.
+pub fn tick(store: &mut Store) -> String {
+    store.now_ms += 1;
+    "tick".into()
 }
 
 /// `World::store` and `World::store_mut` for a world that keeps its store in `store`.

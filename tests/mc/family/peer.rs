@@ -1,7 +1,8 @@
 //! Redisson's own scripts for the family, typed in from their logic (Redisson 4.7:
 //! `RedissonSemaphore`, `RedissonPermitExpirableSemaphore`, `RedissonCountDownLatch`,
-//! `RedissonReadLock`, `RedissonWriteLock`; `/work/shared/notes/redisson-facts.md` 4.2,
-//! 4.7-4.9). Key and argument orders are this file's own; each actor passes them so.
+//! `RedissonReadLock`, `RedissonWriteLock`, `RedissonFairLock`;
+//! `/work/shared/notes/redisson-facts.md` 4.1, 4.2, 4.7-4.9). Key and argument orders
+//! are this file's own; each actor passes them so.
 
 /// `tryAcquire(n)`. KEYS: semaphore. ARGV: n. 1 when taken.
 pub const SEM_ACQUIRE: &str = r"
@@ -171,6 +172,91 @@ end
 return 1
 ";
 
+/// `RedissonFairLock`'s purge of the queue, the head of each script below: drops heads
+/// whose deadline is at or before `now` (a head without a deadline stops the loop).
+/// KEYS[2] queue, KEYS[3] deadlines.
+macro_rules! fair_purge {
+    () => {
+        r#"
+local function purge(now)
+  while true do
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head == false then break end
+    local t = redis.call('zscore', KEYS[3], head)
+    if t == false or tonumber(t) > now then break end
+    redis.call('zrem', KEYS[3], head)
+    redis.call('lpop', KEYS[2])
+  end
+end
+"#
+    };
+}
+
+/// The fair lock's `tryLockInnerAsync` (`EVAL_LONG`; `RedissonFairLock` at 66863978,
+/// `/work/shared/notes/redisson-facts.md` 4.1): KEYS lock, queue, deadlines; ARGV lease,
+/// field, wait, now. nil when taken; else the PTTL (already queued) or the time until
+/// the waiter before it is due (joining).
+pub const FAIR_ACQUIRE: &str = concat!(
+    fair_purge!(),
+    r#"
+local now = tonumber(ARGV[4])
+purge(now)
+if redis.call('exists', KEYS[1]) == 0 and
+   (redis.call('exists', KEYS[2]) == 0 or redis.call('lindex', KEYS[2], 0) == ARGV[2]) then
+  redis.call('lpop', KEYS[2])
+  redis.call('zrem', KEYS[3], ARGV[2])
+  local rest = redis.call('zrange', KEYS[3], 0, -1)
+  for i = 1, #rest do redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), rest[i]) end
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if redis.call('zscore', KEYS[3], ARGV[2]) ~= false then
+  return math.max(0, redis.call('pttl', KEYS[1]))
+end
+local last = redis.call('lindex', KEYS[2], -1)
+local ttl
+if last ~= false and last ~= ARGV[2] and redis.call('zscore', KEYS[3], last) ~= false then
+  ttl = tonumber(redis.call('zscore', KEYS[3], last)) - now
+else
+  ttl = redis.call('pttl', KEYS[1])
+end
+if redis.call('zadd', KEYS[3], ttl + tonumber(ARGV[3]) + now, ARGV[2]) == 1 then
+  redis.call('rpush', KEYS[2], ARGV[2])
+end
+return ttl
+"#
+);
+
+/// The fair lock's `unlockInnerAsync`, without its request latch: KEYS lock, queue,
+/// deadlines, channel; ARGV message, lease, field, now. 1 released (or the lock was
+/// gone), 0 holds left, nil not held.
+pub const FAIR_UNLOCK: &str = concat!(
+    fair_purge!(),
+    r#"
+purge(tonumber(ARGV[4]))
+if redis.call('exists', KEYS[1]) == 0 then
+  local head = redis.call('lindex', KEYS[2], 0)
+  if head ~= false then redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1]) end
+  return 1
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end
+if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 0
+end
+redis.call('del', KEYS[1])
+local head = redis.call('lindex', KEYS[2], 0)
+if head ~= false then redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1]) end
+return 1
+"#
+);
+
 /// Every text above by the name `Texts` knows it by.
 pub const ALL: &[(&str, &str)] = &[
     ("redisson:sem_acquire", SEM_ACQUIRE),
@@ -182,4 +268,6 @@ pub const ALL: &[(&str, &str)] = &[
     ("redisson:read_unlock", READ_UNLOCK),
     ("redisson:write_acquire", WRITE_ACQUIRE),
     ("redisson:write_unlock", WRITE_UNLOCK),
+    ("redisson:fair_acquire", FAIR_ACQUIRE),
+    ("redisson:fair_unlock", FAIR_UNLOCK),
 ];

@@ -195,10 +195,7 @@ impl World for Permits {
 
     fn apply(&mut self, a: Act) -> String {
         let (i, lost) = match a {
-            Act::Tick => {
-                self.store.now_ms += 1;
-                return "tick".into();
-            }
+            Act::Tick => return super::tick(&mut self.store),
             Act::Drop(i) => {
                 let t = &mut self.takers[i];
                 (t.phase, t.rounds, t.ids) = (Phase::Idle, t.rounds - 1, t.ids + 1);

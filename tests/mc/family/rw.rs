@@ -337,10 +337,7 @@ impl World for Rw {
 
     fn apply(&mut self, a: Act) -> String {
         let i = match a {
-            Act::Tick => {
-                self.store.now_ms += 1;
-                return "tick".into();
-            }
+            Act::Tick => return super::tick(&mut self.store),
             Act::Step(i) => i,
         };
         let (kind, role) = (self.actors[i].kind, self.actors[i].role);
