@@ -30,7 +30,9 @@
 //! rayon) are reused: work that runs on the same thread later is the same owner. A
 //! guard remembers its owner, so it may be moved to another thread and unlocked there.
 //! Locks of a blocking client and async locks on the same names exclude each other, as
-//! any two owners do.
+//! any two owners do, when their owners differ: an async lock taken in a spawned task is
+//! owned by that task, but one taken in a `#[tokio::main]` body (not a task) is owned by
+//! its thread, so a blocking lock taken on that same thread re-enters it.
 //!
 //! # Runtime
 //!

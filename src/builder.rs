@@ -169,19 +169,20 @@ impl ClientBuilder {
         self
     }
 
-    /// The fair lock's wait timeout: Redisson's `fairLockWaitTimeout`, which should be
-    /// set to the same value on every client, Java or Rust, that shares a fair lock's
-    /// name. Default [`DEFAULT_FAIR_LOCK_WAIT_TIMEOUT`](crate::DEFAULT_FAIR_LOCK_WAIT_TIMEOUT)
-    /// (300 s, Redisson's default).
+    /// The fair lock's wait timeout: Redisson's `fairLockWaitTimeout`. Where Java
+    /// services share a fair lock's name, set it to their value (Redisson's default is
+    /// 300 s since 3.46.0, where the setting appeared; Redisson 3.13.3 to 3.45 fixed it
+    /// at 300 s, earlier versions at 5 s). Default
+    /// [`DEFAULT_FAIR_LOCK_WAIT_TIMEOUT`](crate::DEFAULT_FAIR_LOCK_WAIT_TIMEOUT) (300 s).
     ///
     /// A waiter that joins a fair lock's queue gets the deadline of the waiter before it
     /// plus this, and each grant takes this off every other waiter's deadline, as in
-    /// Redisson's scripts. A waiter of this crate asks again every third of it and
-    /// each time moves its own deadline to at least now + this per place from the
-    /// head, so it is never taken as gone while it waits. A waiter that crashed is
-    /// passed over once its deadline passes: about this long after its last attempt,
-    /// once it is first in line (`docs/protocol.md` 8.4). Lower it (for clients of this
-    /// crate only) to pass crashed waiters sooner, at the cost of more frequent attempts.
+    /// Redisson's scripts. A waiter of this crate asks again every third of this or of
+    /// 5 s, whichever is shorter, and each time moves its own deadline to at least now +
+    /// this per place from the head, so it is never taken as gone while it waits. A
+    /// waiter that crashed is passed over once its deadline passes: about this long after
+    /// its last attempt, once it is first in line (`docs/protocol.md` 8.4). Where only
+    /// clients of this crate share the name, a lower value passes crashed waiters sooner.
     ///
     /// # Errors
     ///

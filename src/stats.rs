@@ -20,7 +20,8 @@ pub struct Stats {
     pub acquisitions: u64,
     /// Acquire attempts Redis answered with "held by someone else".
     pub busy: u64,
-    /// Holds given back by an unlock or a dropped guard (local re-entries included).
+    /// Holds given back by an unlock or a dropped guard (local re-entries included),
+    /// counted when the release starts: an unlock that then fails counts too.
     pub releases: u64,
     /// Leases renewed by the watchdog (one per lock per successful renewal).
     pub renewals: u64,
@@ -30,7 +31,8 @@ pub struct Stats {
     pub leases_lost: u64,
     /// Releases handed straight to a waiting task of this client.
     pub handovers: u64,
-    /// Waiters woken by an unlock message (or by a reconnect, to check again).
+    /// Waiters woken by a message on their channel: an unlock, a semaphore's release or
+    /// a latch's count (or by a reconnect, to check again).
     pub wakeups: u64,
     /// Times the pub/sub connection was (re)established.
     pub pubsub_connects: u64,

@@ -411,3 +411,27 @@ fn blocking_build_stats_and_delete() {
     c.shutdown().unwrap();
     from.shutdown().unwrap();
 }
+
+/// The blocking builder has every setting of the async one, the fair lock's wait timeout
+/// included (a new user found it missing: the README asks to match the Java side's): a
+/// value out of range is refused at build, as on the async builder.
+#[cfg(feature = "blocking")]
+#[test]
+fn blocking_builder_takes_the_fair_lock_wait_timeout() {
+    let s = RedisServer::start();
+    let refused = redis_rlock::blocking::Client::builder(s.url())
+        .fair_lock_wait_timeout(Duration::from_millis(5))
+        .build();
+    assert!(
+        matches!(refused, Err(Error::InvalidConfig(_))),
+        "{:?}",
+        refused.map(|_| ())
+    );
+    let c = redis_rlock::blocking::Client::builder(s.url())
+        .fair_lock_wait_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let g = c.fair_lock("h:blocking-fair").lock().unwrap();
+    g.unlock().unwrap();
+    c.shutdown().unwrap();
+}

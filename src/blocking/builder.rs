@@ -66,6 +66,7 @@ impl ClientBuilder {
         handover_limit(limit: u32);
         handover_window(window: Duration);
         turn_window(window: Duration);
+        fair_lock_wait_timeout(timeout: Duration);
         #[cfg(feature = "tls-rustls")]
         tls_root_cert(pem: impl AsRef<[u8]>);
         #[cfg(feature = "tls-rustls")]
