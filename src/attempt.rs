@@ -162,7 +162,9 @@ impl Target {
                                 // first hold is the field itself, so giving it back is safe.
                                 Box::pin(undo_grant(&inner, &hold)).await;
                             }
-                            return other.map(|a| (a, sent));
+                            return other
+                                .map(|a| (a, sent))
+                                .map_err(|e| e.during("acquire, every send"));
                         }
                     }
                 }

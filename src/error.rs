@@ -305,6 +305,18 @@ impl Error {
     /// True when the request may have run on the server although no reply came back
     /// (a timeout, or a connection that broke after it was sent). A refused connection
     /// sent nothing.
+    /// A timeout named for the call it ended (a connection's own timeout only knows it
+    /// was a command); any other error as it is.
+    pub(crate) fn during(self, call: &'static str) -> Error {
+        match self {
+            Error::Timeout {
+                op: "command",
+                after,
+            } => Error::Timeout { op: call, after },
+            other => other,
+        }
+    }
+
     pub(crate) fn may_have_run(&self) -> bool {
         match self {
             Error::Timeout { .. } => true,

@@ -256,7 +256,7 @@ async fn send_release(
                     };
                     inner.table.set_unanswered(&hold.name, &hold.field, u);
                 }
-                break Err(e);
+                break Err(e.during("unlock, every send; the hold may last until its lease ends"));
             }
         }
     };
