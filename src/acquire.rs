@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::identity::OwnerId;
 use crate::line::{Counted, InLine};
-use crate::raw;
+use crate::policy::wait::{sleep_bound, Waits, RW_MARK};
 use crate::stats::Event;
 use crate::target::{Kind, Target};
 
@@ -261,20 +261,16 @@ impl Target {
     /// the deadline comes, whichever is first. `None` when the deadline has passed.
     fn bound(&self, ttl: Option<Duration>, deadline: Option<Instant>) -> Option<Duration> {
         // A key without expiry was not written by a lease lock; check back now and then.
-        let mut ttl = ttl
-            .unwrap_or(self.inner().config.watchdog_timeout)
-            .max(Duration::from_millis(1));
-        match self.kind {
-            // Each attempt moves this waiter's deadline in the queue: a live waiter is
-            // never taken as gone (Redisson #3004).
-            Kind::Fair => {
-                let wait = self.inner().config.fair_lock_wait_timeout;
-                ttl = ttl.min(wait.min(raw::FAIR_RECHECK) / 3);
-            }
-            // Each attempt renews the mark that holds new readers back.
-            Kind::Write => ttl = ttl.min(raw::WRITER_MARK / 2),
-            _ => {}
-        }
+        // A fair waiter's attempts move its deadline in the queue (a live waiter is never
+        // taken as gone, Redisson #3004); a read-write waiter's renew its mark.
+        let waits = match self.kind {
+            Kind::Fair => Waits::Fair {
+                wait_timeout: self.inner().config.fair_lock_wait_timeout,
+            },
+            Kind::Read | Kind::Write => Waits::ReadWrite { mark: RW_MARK },
+            Kind::Plain => Waits::Plain,
+        };
+        let ttl = sleep_bound(waits, ttl, self.inner().config.watchdog_timeout);
         match deadline {
             None => Some(ttl),
             Some(d) => {

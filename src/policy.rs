@@ -9,6 +9,9 @@
 //! - [`line`](mod@line): what a grant does to the client's place in the lock's line (turns).
 //! - [`run`](mod@run): a run of hand-overs inside the client: whom a release offers the lock, on
 //!   which terms, and when the run ends.
+//! - [`wait`](mod@wait): how long a waiting call sleeps before it asks again, with what the
+//!   family's waiters keep alive by asking (a fair lock's deadline, a read-write mark).
 
 pub mod line;
 pub mod run;
+pub mod wait;

@@ -69,11 +69,11 @@ pub(crate) use flags::Line;
 use replies::{AcquireReply, UnlockReply};
 use undo::rollback;
 
-pub(crate) use fair::{fair_leave, waiter_channel, RECHECK as FAIR_RECHECK};
+pub(crate) use fair::{fair_leave, waiter_channel};
 pub use fair::{queue_key, timeout_key};
 pub(crate) use force::force_release;
 pub use force::{events_channel, FORCE_UNLOCK_EVENT};
-pub(crate) use rw::{clear_mark, force_release_rw, renew_read, RW_CHANNEL_PREFIX, WRITER_MARK};
+pub(crate) use rw::{clear_mark, force_release_rw, renew_read, RW_CHANNEL_PREFIX};
 pub use rw::{read_turn_key, reader_key, rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
 pub use shape::{is_holder_field, is_lock_hash};
 pub use turns::{clients_key, turn_key, turns_channel};

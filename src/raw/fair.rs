@@ -8,11 +8,6 @@ use crate::connection::Conn;
 use crate::error::Result;
 use crate::scripts::{ScriptCall, FAIR_ACQUIRE, FAIR_LEAVE, FAIR_UNLOCK};
 
-/// A waiter asks again at least every third of this or of the wait timeout, whichever
-/// is shorter. Only the head of the queue is told when the lock is released, so a
-/// waiter behind a head that crashed learns that its turn came by asking.
-pub(crate) const RECHECK: Duration = Duration::from_secs(5);
-
 /// The fair lock's queue of waiting holder fields: `redisson_lock_queue:{<name>}`.
 pub fn queue_key(name: &str) -> String {
     prefixed("redisson_lock_queue", name)

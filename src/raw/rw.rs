@@ -41,9 +41,7 @@ pub(crate) fn timeout_prefix(name: &str, field: &str) -> String {
     format!("{}:{field}:rwlock_timeout", key_prefix(name))
 }
 
-/// How long a waiting writer's (or reader's) mark lasts; the waiter asks again within
-/// half of it, so the mark lasts while it waits.
-pub(crate) const WRITER_MARK: Duration = Duration::from_secs(2);
+use crate::policy::wait::RW_MARK;
 
 /// The writers of this crate that wait: `redisson_rwlock_writers:{<name>}` (this crate's
 /// own key; Redisson's readers do not look at it), a sorted set of write fields scored by
@@ -68,7 +66,7 @@ pub(super) fn acquire_call(call: &AcquireCall<'_>) -> ScriptCall {
             .arg(flag(call.fresh))
             .arg(flag(call.retry))
             .arg(flag(call.waits))
-            .arg(ms(WRITER_MARK))
+            .arg(ms(RW_MARK))
     } else {
         WRITE_ACQUIRE
             .call()
@@ -82,7 +80,7 @@ pub(super) fn acquire_call(call: &AcquireCall<'_>) -> ScriptCall {
             .arg(flag(call.fresh))
             .arg(flag(call.retry))
             .arg(flag(call.waits))
-            .arg(ms(WRITER_MARK))
+            .arg(ms(RW_MARK))
     }
 }
 

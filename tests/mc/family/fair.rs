@@ -2,8 +2,9 @@
 //! model clock with a wait timeout W of a few model ms.
 //!
 //! A crate waiter sends `fair_acquire.lua` as a waiting call does (`src/attempt.rs`:
-//! fresh, waits), and while it waits asks again at least every W/3 ms, as
-//! `src/acquire.rs` bounds its sleep by min(W, 5 s)/3: the clock does not pass that. It
+//! fresh, waits), and while it waits asks again within the client's own bound,
+//! `policy::wait::sleep_bound` asked with the model's W (min(W, 5 s)/3, so W/3 ms): the
+//! clock does not pass that. It
 //! may give up, and then leaves with `fair_leave.lua` (`src/line.rs`), or crash: it then
 //! neither asks again nor leaves. It releases with `fair_unlock.lua`. A Redisson waiter
 //! runs Redisson's acquire and unlock (`peer.rs`, shared with
@@ -20,7 +21,9 @@
 //! in the line, and breaks "no live waiter purged".
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
+use redis_rlock::policy::wait::{sleep_bound, Waits};
 use redis_rlock::protocol::{channel_name, events_channel, queue_key, timeout_key};
 
 use super::{int, run, Fixed, Texts, World, EPOCH};
@@ -297,7 +300,12 @@ impl Fair {
     }
 
     fn tick_allowed(&self) -> bool {
-        let (next, cadence) = (self.now() + 1, self.cfg.wait / 3);
+        // The client's own cadence (`policy::wait`), at the model's wait timeout.
+        let waits = Waits::Fair {
+            wait_timeout: Duration::from_millis(self.cfg.wait),
+        };
+        let cadence = sleep_bound(waits, None, Duration::MAX).as_millis() as u64;
+        let next = self.now() + 1;
         self.now() < self.cfg.time_bound
             && self.actors.iter().all(|a| match a.phase {
                 Phase::Waiting(at) if a.kind == Kind::Crate => next - at <= cadence,

@@ -3,8 +3,8 @@
 //!
 //! A crate actor sends `read_acquire.lua` / `write_acquire.lua` as a waiting call does
 //! (`src/raw/rw.rs`: the wait flag on, the mark's length `MARK`), and while it waits asks
-//! again at least every `MARK / 2` ms, as the client does within half of
-//! `WRITER_MARK`; the clock does not pass that. It releases with `read_unlock.lua` /
+//! again within the client's own bound, `policy::wait::sleep_bound` asked with the
+//! model's mark (half of it, `MARK / 2` ms); the clock does not pass that. It releases with `read_unlock.lua` /
 //! `write_unlock.lua` (the readers' turn `TURN` ms). A Redisson actor runs Redisson's
 //! four scripts and asks again whenever it likes (a message or its PTTL bound). Holds
 //! are released by their holder at any time; leases outlast the clock, so no hold ends
@@ -12,7 +12,9 @@
 //! left out here.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
+use redis_rlock::policy::wait::{sleep_bound, Waits};
 use redis_rlock::protocol::{read_turn_key, reader_key, rw_channel_name, writer_key};
 
 use super::{int, run, Fixed, Texts, World, EPOCH};
@@ -318,9 +320,14 @@ impl World for Rw {
 
     fn actions(&self) -> Vec<Act> {
         let now = self.now();
-        // A crate waiter asks again within half its mark: time waits for it.
+        // A crate waiter asks again within half its mark (the client's own cadence,
+        // `policy::wait`, at the model's mark): time waits for it.
+        let mark = Waits::ReadWrite {
+            mark: Duration::from_millis(MARK),
+        };
+        let cadence = sleep_bound(mark, None, Duration::MAX).as_millis() as u64;
         let due = (self.actors.iter()).any(|a| {
-            let due = matches!(a.phase, Phase::Waiting { at, .. } if now + 1 - at > MARK / 2);
+            let due = matches!(a.phase, Phase::Waiting { at, .. } if now + 1 - at > cadence);
             a.kind == Kind::Crate && (due || a.woken)
         });
         let mut out = Vec::new();
