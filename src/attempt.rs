@@ -80,8 +80,8 @@ impl Target {
                     in_flight,
                     unanswered,
                 } => {
-                    if let Some(u) = unanswered {
-                        release::settle_unanswered(&inner, &hold, u).await?;
+                    if !unanswered.is_empty() {
+                        release::settle_unanswered(&inner, &hold, unanswered).await?;
                     }
                     break (fresh, in_flight);
                 }

@@ -186,6 +186,7 @@ impl Handover {
             seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(State::Free),
             changed: Notify::new(),
+            mark: Mutex::new(None),
         });
         Waiter {
             hub: self.clone(),
@@ -237,6 +238,13 @@ impl Waiter {
             return;
         }
         changed.await;
+    }
+
+    /// The mark that keeps this waiter's field in flight while a grant handed to it is
+    /// taken up (see `Ticket::deliver`): the caller drops it once the hold is registered
+    /// or given back.
+    pub(crate) fn take_mark(&self) -> Option<Box<dyn Send>> {
+        self.ticket.mark.lock().take()
     }
 
     /// Leaves the queue after a sleep and says what happened meanwhile. A grant is taken
@@ -297,6 +305,7 @@ impl Waiter {
             seq: self.ticket.seq,
             state: Mutex::new(State::Free),
             changed: Notify::new(),
+            mark: Mutex::new(None),
         });
         self.ticket = ticket;
         Woke::Free

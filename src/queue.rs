@@ -60,16 +60,24 @@ pub(crate) struct Ticket {
     pub(crate) seq: u64,
     pub(crate) state: Mutex<State>,
     pub(crate) changed: Notify,
+    /// The unlock's mark that keeps the field in flight, handed over with a grant and
+    /// kept until the waiter has taken it (see [`Ticket::deliver`]). Opaque here: the
+    /// table's guard, dropped to end the mark.
+    pub(crate) mark: Mutex<Option<Box<dyn Send>>>,
 }
 
 impl Ticket {
     /// Gives the hold to the waiter. `false` if the waiter has left: the caller then
-    /// owns the hold and must release it.
-    pub(crate) fn deliver(&self, grant: Grant) -> bool {
+    /// owns the hold and must release it. `mark` keeps the field in flight until the
+    /// waiter has taken the hold (registered it, or given it back): a call of the same
+    /// field meanwhile (a twin future of the task) would otherwise be sent as knowing of
+    /// no hold, and adopt this one as its own, two guards on one hold.
+    pub(crate) fn deliver(&self, grant: Grant, mark: Box<dyn Send>) -> bool {
         let mut s = self.state.lock();
         let delivered = match *s {
             State::Offered => {
                 *s = State::Granted(grant);
+                *self.mark.lock() = Some(mark);
                 true
             }
             // Too late to tell whether a release by field would hit this grant or a

@@ -106,6 +106,13 @@ pub(crate) async fn release_hold(
     // does a fair lock (its queue in Redis decides who is next).
     let may_offer =
         keep.is_none() && inner.hands_over() && !inner.closed.is_set() && hold.kind == Kind::Plain;
+    // Releases of this field that got no answer go first: counted on as run, they
+    // would make this one partial, and a late copy of one could hit a later hold.
+    let records = inner.table.unanswered(&hold.name, &hold.field);
+    if !records.is_empty() {
+        let _settling = inner.table.begin(&hold.name, &hold.field);
+        settle_unanswered(inner, hold, records).await?;
+    }
     // Read before the table's section: the hub's lock is not taken inside it.
     let listening =
         may_offer && inner.handover.asks_at_end() && inner.pubsub.is_ready(&hold.channel);
@@ -143,18 +150,30 @@ pub(crate) async fn release_hold(
     }
 }
 
-/// Sends again, as a retry, a release of `hold`'s field that got no answer (see
-/// [`Unanswered`]), before the field's next acquire. On an error it stays recorded, and
-/// the acquire fails with it: a new hold must not meet a late copy of that release.
+/// Sends again, as a retry, each release of `hold`'s field that got no answer (see
+/// [`Unanswered`]), before the field's next acquire or release. Each is forgotten once
+/// answered; one that fails again stays recorded, and the caller fails with its error: a
+/// new hold must not meet a late copy of it, nor a release count on it having run.
 ///
 /// # Errors
 ///
-/// The retry's own error (Redis unreachable, or a reply lost again).
+/// A retry's own error (Redis unreachable, or a reply lost again).
 pub(crate) async fn settle_unanswered(
     inner: &Arc<ClientInner>,
     hold: &Hold,
-    u: Unanswered,
+    records: Vec<Unanswered>,
 ) -> Result<()> {
+    for u in records {
+        resend(inner, hold, &u).await?;
+        inner
+            .table
+            .settle_unanswered(&hold.name, &hold.field, &u.latch);
+    }
+    Ok(())
+}
+
+/// One unanswered release sent again as a retry, with the attempts of a first send.
+async fn resend(inner: &Arc<ClientInner>, hold: &Hold, u: &Unanswered) -> Result<()> {
     let call = ReleaseCall {
         name: &hold.name,
         channel: &hold.channel,
@@ -183,10 +202,7 @@ pub(crate) async fn settle_unanswered(
             Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                 tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
             }
-            Err(e) => {
-                inner.table.set_unanswered(&hold.name, &hold.field, u);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         }
     }
 }
@@ -254,7 +270,7 @@ async fn send_release(
                         holds,
                         keep,
                     };
-                    inner.table.set_unanswered(&hold.name, &hold.field, u);
+                    inner.table.add_unanswered(&hold.name, &hold.field, u);
                 }
                 break Err(e.during("unlock, every send; the hold may last until its lease ends"));
             }
@@ -277,11 +293,15 @@ async fn send_release(
         match &outcome {
             Ok(Release::HandedOver { token, unacked }) => {
                 o.settled = true;
-                let delivered = o.ticket.deliver(Grant {
-                    token: *token,
-                    sent,
-                    unacked: *unacked,
-                });
+                let mark = inner.table.handing(&hold.name, &o.ticket.field);
+                let delivered = o.ticket.deliver(
+                    Grant {
+                        token: *token,
+                        sent,
+                        unacked: *unacked,
+                    },
+                    Box::new(mark),
+                );
                 if delivered {
                     inner.handover.wake_field(&hold.name, &o.ticket.field);
                 } else {

@@ -106,7 +106,10 @@ struct Holder {
     in_flight: u32,
     /// Told when `in_flight` drops to 0; made only when someone waits for that.
     settled: Option<Arc<Notify>>,
-    unanswered: Option<Unanswered>,
+    /// Releases of the field no send of which was answered, oldest first.
+    unanswered: Vec<Unanswered>,
+    /// Grants handed to a waiter of the field and not yet taken up (`holds::HandedGuard`).
+    handed: u32,
 }
 
 impl Default for Holder {
@@ -117,7 +120,8 @@ impl Default for Holder {
             fixed: 0,
             in_flight: 0,
             settled: None,
-            unanswered: None,
+            unanswered: Vec::new(),
+            handed: 0,
         }
     }
 }
@@ -128,7 +132,7 @@ impl Holder {
     }
 
     fn unused(&self) -> bool {
-        !self.holds() && self.in_flight == 0 && self.unanswered.is_none()
+        !self.holds() && self.in_flight == 0 && self.unanswered.is_empty() && self.handed == 0
     }
 }
 
@@ -245,8 +249,23 @@ impl Table {
     }
 
     /// Records a release of `(name, field)` that got no answer (see [`Unanswered`]).
-    pub(crate) fn set_unanswered(&self, name: &Arc<str>, field: &Arc<str>, u: Unanswered) {
-        self.with_holder(name, field, |h, _| h.unanswered = Some(u));
+    pub(crate) fn add_unanswered(&self, name: &Arc<str>, field: &Arc<str>, u: Unanswered) {
+        self.with_holder(name, field, |h, _| h.unanswered.push(u));
+    }
+
+    /// The releases of `(name, field)` that got no answer, still recorded: each stays
+    /// until [`settle_unanswered`](Self::settle_unanswered), so that a caller that leaves
+    /// while sending one again loses none.
+    pub(crate) fn unanswered(&self, name: &Arc<str>, field: &Arc<str>) -> Vec<Unanswered> {
+        self.peek(name, field, |h| h.unanswered.clone())
+            .unwrap_or_default()
+    }
+
+    /// Forgets the unanswered release with this latch: a retry of it was answered.
+    pub(crate) fn settle_unanswered(&self, name: &Arc<str>, field: &Arc<str>, latch: &str) {
+        self.with_holder(name, field, |h, _| {
+            h.unanswered.retain(|u| u.latch != latch)
+        });
     }
 
     /// Records a request of `(name, field)` in flight until the guard is dropped.
@@ -414,9 +433,11 @@ impl Table {
         let mut held = Vec::new();
         for (name, e) in names.iter_mut() {
             e.holders.retain(|field, h| {
-                if h.holds() {
+                // A field whose release got no answer may still hold: released whole.
+                if h.holds() || !h.unanswered.is_empty() {
                     held.push(((name.clone(), field.clone()), h.kind));
                 }
+                h.unanswered.clear();
                 if let Some(w) = h.watched.take() {
                     w.entry.lost.set();
                 }

@@ -228,6 +228,8 @@ impl Waiting<'_> {
             }
             w => w,
         };
+        // Dropped once the grant is registered or given back, at the end of this step.
+        let _taking = self.queued.waiter.take_mark();
         let grant = match woke {
             Woke::Granted(g) => g,
             Woke::Unsure => {

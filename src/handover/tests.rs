@@ -84,20 +84,20 @@ async fn grant_reaches_waiter_or_comes_back() {
     w.park(None);
     let t = to(h.offer("n"));
     assert_eq!(w.unpark(), Woke::Offered);
-    assert!(t.deliver(grant(7)));
+    assert!(t.deliver(grant(7), Box::new(())));
     assert!(matches!(w.outcome().await, Woke::Granted(g) if g.token == 7));
 
     // Offered, then the waiter leaves: the unlocker keeps the grant.
     w.park(None);
     let t = to(h.offer("n"));
     assert!(matches!(w.leave(), Left::Offered));
-    assert!(!t.deliver(grant(8)));
+    assert!(!t.deliver(grant(8), Box::new(())));
 
     // Granted but never taken: the leaving waiter gets it back.
     let w = h.waiter(&name, &"g".into(), Duration::from_secs(1), false);
     w.park(None);
     let t = to(h.offer("n"));
-    assert!(t.deliver(grant(9)));
+    assert!(t.deliver(grant(9), Box::new(())));
     assert!(matches!(w.leave(), Left::Granted(g) if g.token == 9));
 }
 
@@ -160,11 +160,14 @@ async fn an_abandoned_offer_is_left_to_its_lease() {
     w.park(None);
     let t = to(h.offer("n"));
     assert_eq!(w.abandon_offer(), Woke::Free);
-    assert!(t.deliver(grant(5)), "a late grant is left to its lease");
+    assert!(
+        t.deliver(grant(5), Box::new(())),
+        "a late grant is left to its lease"
+    );
     // The fresh ticket is offered again, in the same place.
     w.park(None);
     let t = to(h.offer("n"));
-    assert!(t.deliver(grant(6)));
+    assert!(t.deliver(grant(6), Box::new(())));
     assert!(matches!(w.abandon_offer(), Woke::Granted(g) if g.token == 6));
 }
 

@@ -25,8 +25,8 @@ pub(crate) enum Begin {
     Send {
         fresh: bool,
         in_flight: InFlightGuard,
-        /// A release of the field that got no answer, to be sent again first.
-        unanswered: Option<Unanswered>,
+        /// Releases of the field that got no answer, to be sent again first.
+        unanswered: Vec<Unanswered>,
     },
 }
 
@@ -72,12 +72,14 @@ impl Table {
             // adopted: a fresh call adopts a hold of its field that it finds, and must not
             // adopt the grant of an acquire kept unpolled past the wait (which makes a
             // guard of its own), nor a hold whose release is on its way.
-            let fresh = !h.holds() && (h.in_flight == 0 || adopt);
+            // Nor with a grant handed to a waiter of the field and not yet taken up (a
+            // twin future of the task): that is its waiter's, not a hold nobody took.
+            let fresh = !h.holds() && h.handed == 0 && (h.in_flight == 0 || adopt);
             self.start(h);
             Begin::Send {
                 fresh,
                 in_flight: self.guard(name, field),
-                unanswered: h.unanswered.take(),
+                unanswered: h.unanswered.clone(),
             }
         })
     }
@@ -249,5 +251,34 @@ impl Table {
             });
             (self.guard(name, field), plan, to)
         })
+    }
+}
+
+impl Table {
+    /// Counts a grant handed to a waiter of `(name, field)` until the guard is dropped,
+    /// once the waiter has taken it up (registered or given it back).
+    pub(crate) fn handing(self: &Arc<Self>, name: &Arc<str>, field: &Arc<str>) -> HandedGuard {
+        self.with_holder(name, field, |h, _| h.handed += 1);
+        HandedGuard {
+            table: self.clone(),
+            name: name.clone(),
+            field: field.clone(),
+        }
+    }
+}
+
+/// A grant handed to a waiter and not yet taken up (see [`Table::handing`]): while it
+/// lives, calls of the field are not sent as knowing of no hold.
+pub(crate) struct HandedGuard {
+    table: Arc<Table>,
+    name: Arc<str>,
+    field: Arc<str>,
+}
+
+impl Drop for HandedGuard {
+    fn drop(&mut self) {
+        self.table.with_holder(&self.name, &self.field, |h, _| {
+            h.handed = h.handed.saturating_sub(1);
+        });
     }
 }
