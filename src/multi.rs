@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
+use crate::raw::Kind;
 
 /// A lock granted by a majority of independent Redis masters (the Redlock algorithm).
 ///
@@ -49,7 +50,14 @@ pub struct RedLock {
 /// Use it to take several names at once, on one client or across clients. The parts
 /// are taken one after another in a fixed order (by name, then by client id), so two
 /// tasks that take overlapping sets cannot deadlock; when the wait runs out part-way,
-/// the parts already taken are released.
+/// the parts already taken are released. Redisson's `RedissonMultiLock` takes its locks
+/// in the order given instead; the set held in the end is the same.
+///
+/// Both halves of one [`ReadWriteLock`](crate::ReadWriteLock) may be parts: the write
+/// half is then taken first and the read half re-enters it (a downgrade), in whatever
+/// order they were given, so the whole holds the lock alone. In the order `[read,
+/// write]` Redisson would wait for itself forever, and this crate's write half alone
+/// would refuse the upgrade ([`Error::UpgradeRefused`]).
 ///
 /// ```no_run
 /// # async fn demo() -> redis_rlock::Result<()> {
@@ -273,15 +281,33 @@ impl RedLock {
 }
 
 impl MultiLock {
-    /// A lock that holds every one of `locks`.
+    /// A lock that holds every one of `locks`. A part given twice (same name, client
+    /// and kind) is taken once; the read and write halves of one read-write lock are two
+    /// parts, taken write first (see [`MultiLock`]).
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] when `locks` is empty.
+    /// [`Error::InvalidConfig`] when `locks` is empty, or when one name of one client
+    /// is both a half of a read-write lock and a plain or fair lock (the layouts differ).
     pub fn new(mut locks: Vec<Lock>) -> Result<MultiLock> {
         check_parts(&locks)?;
-        locks.sort_by(|a, b| (a.name(), a.client_id()).cmp(&(b.name(), b.client_id())));
-        locks.dedup_by(|a, b| a.name() == b.name() && a.client_id() == b.client_id());
+        locks.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
+        // Parts of one name and client are one owner's holds on one hash: only an exact
+        // repeat (same kind too) is redundant. The read and write halves are two holds.
+        locks.dedup_by(|a, b| order_key(a) == order_key(b));
+        for pair in locks.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            if a.name() == b.name()
+                && a.client_id() == b.client_id()
+                && a.kind().is_rw() != b.kind().is_rw()
+            {
+                return Err(Error::InvalidConfig(format!(
+                    "a multi-lock cannot hold {:?} both as a read-write lock and as a plain or \
+                     fair lock: the layouts differ",
+                    a.name()
+                )));
+            }
+        }
         Ok(MultiLock { locks })
     }
 
@@ -465,6 +491,19 @@ impl MultiGuard {
         let results = join_all(guards.into_iter().map(|g| g.unlock())).await;
         results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
     }
+}
+
+/// The order parts are taken in: by name, then client, and the write half of a
+/// read-write lock before its read half, since its owner may then read (a downgrade)
+/// while a reader that asks to write is refused (`Error::UpgradeRefused`).
+fn order_key(lock: &Lock) -> (&str, &str, u8) {
+    let rank = match lock.kind() {
+        Kind::Write => 0,
+        Kind::Read => 1,
+        Kind::Plain => 2,
+        Kind::Fair => 3,
+    };
+    (lock.name(), lock.client_id(), rank)
 }
 
 async fn release_all(guards: Vec<LockGuard>) {
