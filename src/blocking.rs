@@ -24,15 +24,26 @@
 //!
 //! # Owners
 //!
-//! **The owner is the calling OS thread**, as in Redisson: every call runs as
-//! [`OwnerId::current_thread`], whatever task the thread is in, so nested `lock()` calls
-//! on one thread re-enter and other threads wait. Threads of a pool (`spawn_blocking`,
-//! rayon) are reused: work that runs on the same thread later is the same owner. A
-//! guard remembers its owner, so it may be moved to another thread and unlocked there.
-//! Locks of a blocking client and async locks on the same names exclude each other, as
-//! any two owners do, when their owners differ: an async lock taken in a spawned task is
-//! owned by that task, but one taken in a `#[tokio::main]` body (not a task) is owned by
-//! its thread, so a blocking lock taken on that same thread re-enters it.
+//! **Outside tokio the owner is the calling OS thread**, as in Redisson: nested `lock()`
+//! calls on one thread re-enter and other threads wait. This holds on plain threads,
+//! rayon's, and in a `#[tokio::main]` body (the future given to `block_on` is not a
+//! task). Threads of a pool that are not tokio's (rayon) are reused: work that runs on
+//! the same thread later is the same owner.
+//!
+//! **Inside a tokio task the owner is the task**, as for an async call there
+//! ([`OwnerId::current`], which also honours [`OwnerId::scope`]): a task on a runtime's
+//! worker thread, and a `spawn_blocking` closure (tokio runs each as a task of its own).
+//! A worker runs other tasks while one keeps a guard across an `.await`, and the
+//! blocking pool runs later closures on a thread while a guard an earlier one returned
+//! is still held; with the thread as owner those would re-enter holds they do not own.
+//! So nested calls within one task or closure re-enter; two tasks, or two closures,
+//! wait for each other, whatever threads they share.
+//!
+//! A guard remembers its owner ([`LockGuard::owner`]), so it may be moved to another
+//! thread and unlocked there. Locks of a blocking client and async locks on the same
+//! names exclude each other, as any two owners do, when their owners differ: in one task
+//! (or on one thread outside tokio, such as a `#[tokio::main]` body) a blocking lock and
+//! an async lock re-enter each other.
 //!
 //! # Runtime
 //!
@@ -109,10 +120,14 @@ impl Runtime {
         })
     }
 
-    /// Runs `fut` to its end on the calling thread, as the calling thread's owner.
+    /// Runs `fut` to its end on the calling thread, as the caller's owner (module docs,
+    /// *Owners*).
     pub(crate) fn run<T>(&self, fut: impl Future<Output = Result<T>>) -> Result<T> {
         check_can_block()?;
-        let owner = OwnerId::current_thread();
+        // Not the thread inside a task: a worker thread runs other tasks while this one
+        // keeps a guard across an `.await`, and `spawn_blocking` reuses its threads for
+        // later closures while a guard one of them returned is still held.
+        let owner = OwnerId::current();
         tokio::task::block_in_place(|| self.handle.block_on(owner.run(fut)))
     }
 }

@@ -16,7 +16,7 @@
 //!   first, inside the unlock script (see [`ClientBuilder::handover_limit`]).
 //! - Every future is cancel safe: dropping it leaves no hold and no subscription behind.
 //! - Code that is not async uses `blocking` (feature `blocking`): the same locks with
-//!   blocking methods, reentrant per OS thread as in Redisson.
+//!   blocking methods, reentrant per OS thread as in Redisson (per task inside tokio).
 //!
 //! ```no_run
 //! use std::time::Duration;

@@ -92,6 +92,10 @@ impl Lock {
         &self.target
     }
 
+    pub(crate) fn kind(&self) -> Kind {
+        self.target.kind
+    }
+
     pub(crate) fn client_id(&self) -> &str {
         &self.target.inner.id
     }

@@ -14,6 +14,8 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 
+mod all;
+
 /// A lock granted by a majority of independent Redis masters (the Redlock algorithm).
 ///
 /// Give it one [`Lock`] per master, each from its own [`Client`](crate::Client),
@@ -49,7 +51,14 @@ pub struct RedLock {
 /// Use it to take several names at once, on one client or across clients. The parts
 /// are taken one after another in a fixed order (by name, then by client id), so two
 /// tasks that take overlapping sets cannot deadlock; when the wait runs out part-way,
-/// the parts already taken are released.
+/// the parts already taken are released. Redisson's `RedissonMultiLock` takes its locks
+/// in the order given instead; the set held in the end is the same.
+///
+/// Both halves of one [`ReadWriteLock`](crate::ReadWriteLock) may be parts: the write
+/// half is then taken first and the read half re-enters it (a downgrade), in whatever
+/// order they were given, so the whole holds the lock alone. In the order `[read,
+/// write]` Redisson would wait for itself forever, and this crate's write half alone
+/// would refuse the upgrade ([`Error::UpgradeRefused`]).
 ///
 /// ```no_run
 /// # async fn demo() -> redis_rlock::Result<()> {
@@ -269,134 +278,6 @@ impl RedLock {
             return Err(errors.swap_remove(0));
         }
         Ok(None)
-    }
-}
-
-impl MultiLock {
-    /// A lock that holds every one of `locks`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] when `locks` is empty.
-    pub fn new(mut locks: Vec<Lock>) -> Result<MultiLock> {
-        check_parts(&locks)?;
-        locks.sort_by(|a, b| (a.name(), a.client_id()).cmp(&(b.name(), b.client_id())));
-        locks.dedup_by(|a, b| a.name() == b.name() && a.client_id() == b.client_id());
-        Ok(MultiLock { locks })
-    }
-
-    /// Waits until every part is held; the watchdogs renew them.
-    ///
-    /// # Errors
-    ///
-    /// The first part's error; the parts already taken are released.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: parts already taken are released when the future is dropped.
-    pub async fn lock(&self) -> Result<MultiGuard> {
-        self.lock_inner(None).await
-    }
-
-    /// Waits until every part is held, each with a fixed `lease`.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Self::lock), and lease errors.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiGuard> {
-        self.lock_inner(Some(lease)).await
-    }
-
-    /// One attempt on each part in turn: `Ok(None)` (and every part taken released)
-    /// as soon as one is busy.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Self::lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(&self) -> Result<Option<MultiGuard>> {
-        self.try_lock_for(Duration::ZERO, None).await
-    }
-
-    /// As [`try_lock`](Self::try_lock), each part with a fixed `lease`.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Self::lock), and lease errors.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock_with_lease(&self, lease: Duration) -> Result<Option<MultiGuard>> {
-        self.try_lock_for(Duration::ZERO, Some(lease)).await
-    }
-
-    async fn lock_inner(&self, lease: Option<Duration>) -> Result<MultiGuard> {
-        let mut guards = Vec::with_capacity(self.locks.len());
-        for lock in &self.locks {
-            let taken = match lease {
-                None => lock.lock().await,
-                Some(l) => lock.lock_with_lease(l).await,
-            };
-            match taken {
-                Ok(g) => guards.push(g),
-                Err(e) => {
-                    release_all(guards).await;
-                    return Err(e);
-                }
-            }
-        }
-        Ok(self.guard(guards))
-    }
-
-    /// Tries for at most `wait` in all. `Ok(None)` when some part was not free in
-    /// time; the parts already taken are released then.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Self::lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock_for(
-        &self,
-        wait: Duration,
-        lease: Option<Duration>,
-    ) -> Result<Option<MultiGuard>> {
-        let wait = wait.min(crate::MAX_DURATION);
-        let deadline = Instant::now() + wait;
-        let mut guards = Vec::with_capacity(self.locks.len());
-        for lock in &self.locks {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lock.try_lock_for(left, lease).await {
-                Ok(Some(g)) => guards.push(g),
-                Ok(None) => {
-                    release_all(guards).await;
-                    return Ok(None);
-                }
-                Err(e) => {
-                    release_all(guards).await;
-                    return Err(e);
-                }
-            }
-        }
-        Ok(Some(self.guard(guards)))
-    }
-
-    fn guard(&self, guards: Vec<LockGuard>) -> MultiGuard {
-        MultiGuard {
-            needed: guards.len(),
-            guards,
-            valid_until: None,
-        }
     }
 }
 

@@ -224,9 +224,10 @@ async fn spawn_blocking_works_on_a_current_thread_runtime_with_either_runtime() 
         for (c, name) in [(&own, "bl:sb:own"), (&given, "bl:sb:given")] {
             let lock = c.lock(name);
             let g = lock.lock().unwrap();
-            // The thread is the owner, not the blocking task.
-            assert_eq!(g.owner(), OwnerId::current_thread());
-            let again = lock.try_lock().unwrap().expect("re-enters on this thread");
+            // The blocking task is the owner, not its pooled thread (module docs, Owners).
+            assert_eq!(g.owner(), OwnerId::current());
+            assert!(matches!(g.owner(), OwnerId::Task(_)));
+            let again = lock.try_lock().unwrap().expect("re-enters in this closure");
             assert_eq!(lock.hold_count().unwrap(), 2);
             // Another blocking task runs on another thread: it waits.
             let other = lock.clone();

@@ -1,5 +1,5 @@
 //! The blocking lock handle and its guard: each method runs the async one to its end on
-//! the calling thread, as that thread's owner.
+//! the calling thread, as the caller's owner (its thread, or its tokio task inside one).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,14 +8,14 @@ use super::{check_can_block, Runtime};
 use crate::error::{Error, Result};
 use crate::identity::OwnerId;
 
-/// A named distributed lock with blocking methods, reentrant per OS thread (see the
-/// [module docs](super)). Made by [`Client::lock`](super::Client::lock) or
+/// A named distributed lock with blocking methods, reentrant per OS thread, or per tokio
+/// task inside one (see the [module docs](super), *Owners*). Made by [`Client::lock`](super::Client::lock) or
 /// [`Client::fenced_lock`](super::Client::fenced_lock); cheap to clone, and may be
 /// shared between threads. Every method that takes the lock returns a [`LockGuard`]
 /// that releases one hold.
 ///
 /// The methods behave as those of the async [`crate::Lock`] of the same name (waits,
-/// leases, the watchdog, bounds, errors), with the calling thread as owner.
+/// leases, the watchdog, bounds, errors), with the calling thread (or task) as owner.
 ///
 /// ```no_run
 /// # fn demo(client: redis_rlock::blocking::Client) -> redis_rlock::Result<()> {
@@ -78,8 +78,9 @@ impl Lock {
 
     /// Waits until the lock is taken, as [`crate::Lock::lock`]: the lease is the
     /// client's watchdog timeout, renewed by the watchdog until the guard is released,
-    /// also while this thread is blocked or busy. A second `lock()` on the thread that
-    /// holds the lock re-enters at once; other threads wait. Waits without limit; use
+    /// also while this thread is blocked or busy. A second `lock()` by the owner that
+    /// holds the lock (the thread, or the task inside tokio) re-enters at once; other
+    /// owners wait. Waits without limit; use
     /// [`try_lock_for`](Self::try_lock_for) to bound the wait.
     ///
     /// # Errors
@@ -242,8 +243,8 @@ impl Lock {
         self.runtime.run(self.inner.is_locked())
     }
 
-    /// Whether the calling thread holds the lock (Redisson's
-    /// `isHeldByCurrentThread`).
+    /// Whether the caller's owner holds the lock: its thread, or its tokio task inside
+    /// one (Redisson's `isHeldByCurrentThread`).
     ///
     /// # Errors
     ///
@@ -256,7 +257,7 @@ impl Lock {
         Ok(self.hold_count()? > 0)
     }
 
-    /// How many holds the calling thread has on the lock; 0 if none (Redisson's
+    /// How many holds the caller's owner (thread or task) has on the lock; 0 if none (Redisson's
     /// `getHoldCount`).
     ///
     /// # Errors
@@ -289,7 +290,7 @@ impl Lock {
 
 /// One hold of a [`Lock`], released by [`unlock`](Self::unlock) or by dropping it.
 ///
-/// It remembers its owner (the thread that took it), so it may be sent to another
+/// It remembers its owner (the thread, or tokio task, that took it), so it may be sent to another
 /// thread and released there. Dropping it releases the hold before `drop` returns
 /// (logging what goes wrong), except on a thread where blocking is not allowed (module
 /// docs, *Threads*), where the release runs in the background.
@@ -320,7 +321,8 @@ impl LockGuard {
         self.held().name()
     }
 
-    /// The owner this hold was taken by: the thread's ([`OwnerId::Thread`]).
+    /// The owner this hold was taken by: the thread's ([`OwnerId::Thread`]), or inside a
+    /// tokio task the task's ([`OwnerId::Task`]; module docs, *Owners*).
     pub fn owner(&self) -> OwnerId {
         self.held().owner()
     }

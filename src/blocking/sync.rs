@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::permits::Permit;
 
 /// A read-write lock (Redisson's `RReadWriteLock`), as [`crate::ReadWriteLock`]: its
-/// halves are blocking [`Lock`]s owned by the calling thread. Made by
+/// halves are blocking [`Lock`]s owned by the calling thread (or tokio task). Made by
 /// [`Client::read_write_lock`](super::Client::read_write_lock).
 #[derive(Clone)]
 pub struct ReadWriteLock {
