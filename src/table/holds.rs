@@ -282,3 +282,25 @@ impl Drop for HandedGuard {
         });
     }
 }
+
+impl Table {
+    /// Records a release of `(name, field)` that got no answer (see [`Unanswered`](super::Unanswered)).
+    pub(crate) fn add_unanswered(&self, name: &Arc<str>, field: &Arc<str>, u: Unanswered) {
+        self.with_holder(name, field, |h, _| h.unanswered.push(u));
+    }
+
+    /// The releases of `(name, field)` that got no answer, still recorded: each stays
+    /// until [`settle_unanswered`](Self::settle_unanswered), so that a caller that leaves
+    /// while sending one again loses none.
+    pub(crate) fn unanswered(&self, name: &Arc<str>, field: &Arc<str>) -> Vec<Unanswered> {
+        self.peek(name, field, |h| h.unanswered.clone())
+            .unwrap_or_default()
+    }
+
+    /// Forgets the unanswered release with this latch: a retry of it was answered.
+    pub(crate) fn settle_unanswered(&self, name: &Arc<str>, field: &Arc<str>, latch: &str) {
+        self.with_holder(name, field, |h, _| {
+            h.unanswered.retain(|u| u.latch != latch)
+        });
+    }
+}
