@@ -61,14 +61,21 @@ end
 -- late. Nobody else can have been granted while it lasts, so the call adopts it as its
 -- first hold, as it is: counting it again would leave it held by nobody after the call's
 -- unlock. Not cutting its count or its TTL keeps a late delivery of this request harmless
--- to a newer hold of the field. The lease is counted from now, as above.
+-- to a newer hold of the field. The lease is counted from now, as above. A fenced call
+-- draws a token of its own, as every fenced grant does: the leftover may be a plain
+-- lock's, which drew none (the counter may not even exist), and the counter's value is
+-- then the token of an earlier holder; a token nobody took is simply skipped.
 local fresh = redis.call('exists', KEYS[1]) == 0
 if knows_none and not fresh and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    lease_from_now()
     local token = 0
     if fenced then
-        token = tonumber(redis.call('get', KEYS[2]))
+        -- First, before any write, as below.
+        token = redis.pcall('incr', KEYS[2])
+        if type(token) ~= 'number' or token < 1 then
+            return redis.error_reply('BADTOKEN ' .. KEYS[2])
+        end
     end
+    lease_from_now()
     return {1, token, 0}
 end
 local turns = tonumber(ARGV[4] or '0') > 0

@@ -13,7 +13,8 @@
 --          from the head, so that the grants ahead of it before it asks again leave it in
 --          the future (a live waiter is never taken as gone)
 -- ARGV[4]  how long the latch is kept, in ms
--- ARGV[5]  '1' when the client knows of no hold of this field, '0' otherwise
+-- ARGV[5]  '1' when the client knows of no hold of this field and sends no other request
+--          of it (a hold of the field found here is adopted as is), '0' otherwise
 -- ARGV[6]  '1' when this request was sent before and its reply was lost
 -- ARGV[7]  '1' when the caller waits: it joins the queue (or keeps its place) if it cannot
 --          take the lock now; '0' for a single try, which never joins
@@ -23,13 +24,16 @@
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local field = ARGV[2]
-if ARGV[6] == '1' then
-    local granted = redis.call('get', KEYS[4])
-    if (granted or ARGV[5] == '1') and redis.call('hexists', KEYS[1], field) == 1 then
-        -- Always a write, the TTL kept where it is longer (see acquire.lua).
-        redis.call('pexpire', KEYS[1], string.format('%d', math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))))
-        return {1, 0, granted and 1 or 0}
-    end
+-- A retry whose first send granted (its latch says so), or a call that knows of no hold
+-- of this field and sends no other request of it, finding the field here anyway: a hold
+-- nobody took, adopted as it is, as in acquire.lua (counted again, it would leave the
+-- lock held by nobody after the call's unlock: issue 24's finding 5). The queue is left
+-- as a re-entry leaves it.
+local granted = ARGV[6] == '1' and redis.call('get', KEYS[4])
+if (granted or ARGV[5] == '1') and redis.call('hexists', KEYS[1], field) == 1 then
+    -- Always a write, the TTL kept where it is longer (see acquire.lua).
+    redis.call('pexpire', KEYS[1], string.format('%d', math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))))
+    return {1, 0, granted and 1 or 0}
 end
 -- Waiters at the head whose deadline passed are gone (crashed, or gave up unheard).
 while true do

@@ -14,15 +14,29 @@
 -- ARGV[8]  the lock's channel, redisson_lock__channel:{<name>}; a waiter's is
 --          "<channel>:<its holder field>"
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
--- released. A partial release latches '0'.
-if ARGV[7] == '1' then
-    local done = redis.call('get', KEYS[4])
-    if done then
-        return tonumber(done)
+-- released. A partial release latches '0'; every send replays a latch it finds, and a
+-- retry latches every outcome ('x' for nothing held), as in unlock.lua.
+local retry = ARGV[7] == '1'
+-- Every send, not only a retry: a late copy of an answered unlock must not release a
+-- newer hold of the field (unlock.lua, issue 24's finding 7).
+local done = redis.call('get', KEYS[4])
+if done then
+    if retry then
+        -- A write, for replica sync's WAIT (see unlock.lua).
+        redis.call('pexpire', KEYS[4], ARGV[4])
+    end
+    return tonumber(done)
+end
+-- A retry leaves its outcome for the copies still on their way; out of memory it stands
+-- without.
+local function settle(outcome)
+    if retry then
+        redis.pcall('set', KEYS[4], outcome, 'px', ARGV[4])
     end
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
 if count == nil then
+    settle('x')
     return nil
 end
 local n = tonumber(ARGV[6])
@@ -57,4 +71,5 @@ if head then
     end
 end
 redis.call('del', KEYS[1])
+settle('1')
 return 1

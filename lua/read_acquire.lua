@@ -12,7 +12,9 @@
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>" (its write field is that plus ':write')
 -- ARGV[3]  how long the latch is kept, in ms
--- ARGV[4]  '1' when the client knows of no read hold of this field, '0' otherwise
+-- ARGV[4]  '1' when the client knows of no read hold of this field and sends no other
+--          request of it (holds of the field found here are adopted as they are), '0'
+--          otherwise
 -- ARGV[5]  '1' when this request was sent before and its reply was lost, '0' the first time
 -- ARGV[6]  '1' when the caller waits if it is refused: it marks its field in KEYS[5]
 -- ARGV[7]  how long the reader's mark lasts, in ms (the waiter asks again within half)
@@ -37,23 +39,40 @@ local function waiting()
         end
     end
 end
-if ARGV[5] == '1' then
-    local granted = redis.call('get', KEYS[3])
-    local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-    -- The first send granted (its latch says so, or the field the client did not have
-    -- is there now): the hold it made is counted from now, as the client counts it.
-    if count and (granted or ARGV[4] == '1') then
-        redis.call('pexpire', KEYS[2] .. ':' .. count, ARGV[1])
-        if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-            redis.call('pexpire', KEYS[1], ARGV[1])
-        end
-        if granted then
-            return {1, 0, 1}
-        end
-        return {1, 0, 0}
+-- A reader granted waits no more, and has had its turn: only its own mark and name go.
+local function holds_now()
+    if KEYS[5] then
+        redis.call('zrem', KEYS[5], ARGV[2])
+    end
+    if KEYS[6] then
+        redis.call('zrem', KEYS[6], ARGV[2])
     end
 end
+-- A retry whose first send granted (its latch says so), or a call that knows of no read
+-- hold of this field and sends no other request of it, finding the field here anyway:
+-- holds nobody took (this request's own first send, an unlock answered too late),
+-- adopted as they are, as in acquire.lua. Counted again, the call's unlock would leave
+-- them, and writers out, until their timeout keys ran out (issue 24's finding 5). The
+-- top hold's timeout key is raised to the lease, never cut (a late delivery of this
+-- call must not shorten a newer hold), and made anew if it has run out: the hash's TTL
+-- is computed from these keys when another reader leaves. Only in a read-write lock: a
+-- plain lock's hold of the same field is no read hold.
 local mode = redis.call('hget', KEYS[1], 'mode')
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+local granted = ARGV[5] == '1' and redis.call('get', KEYS[3])
+if mode and count and (granted or ARGV[4] == '1') then
+    local top = KEYS[2] .. ':' .. count
+    local ttl = math.max(redis.call('pttl', top), tonumber(ARGV[1]))
+    redis.call('set', top, 1, 'px', string.format('%d', ttl))
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+        redis.call('pexpire', KEYS[1], ARGV[1])
+    end
+    holds_now()
+    if granted then
+        return {1, 0, 1}
+    end
+    return {1, 0, 0}
+end
 -- A hash the caller has no field in: a plain lock (busy, never to be given a 'mode') or
 -- no lock at all (an error: nothing here is ever released).
 if redis.call('exists', KEYS[1]) == 1 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
@@ -86,13 +105,7 @@ if mode == false or mode == 'read'
     if mode == false then
         redis.call('hset', KEYS[1], 'mode', 'read')
     end
-    -- This reader waits no more, and has had its turn.
-    if KEYS[5] then
-        redis.call('zrem', KEYS[5], ARGV[2])
-    end
-    if KEYS[6] then
-        redis.call('zrem', KEYS[6], ARGV[2])
-    end
+    holds_now()
     local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
     -- Never shortens the hash's TTL: other holders may have longer leases.

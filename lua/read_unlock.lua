@@ -11,20 +11,36 @@
 -- ARGV[5]  how many holds to release (the client's local re-entries count as one)
 -- ARGV[6]  '1' when this request was sent before and its reply was lost, '0' the first time
 -- Returns nil when the caller holds no read hold, 0 when the field keeps holds (latched
--- '0'), 1 when the field's last hold went (not latched: a retry finds the field gone).
--- The hash is deleted and the message published when no other holder is left.
-if ARGV[6] == '1' then
-    local done = redis.call('get', KEYS[3])
-    if done then
-        return tonumber(done)
+-- '0'), 1 when the field's last hold went (a first send's is not latched: a retry finds
+-- the field gone). The hash is deleted and the message published when no other holder
+-- is left. Every send replays a latch it finds, and a retry latches every outcome ('x'
+-- for nothing held), as in unlock.lua.
+local retry = ARGV[6] == '1'
+-- Every send, not only a retry: a late copy of an answered unlock must not release a
+-- newer hold of the field (unlock.lua, issue 24's finding 7).
+local done = redis.call('get', KEYS[3])
+if done then
+    if retry then
+        -- A write, for replica sync's WAIT (see unlock.lua).
+        redis.call('pexpire', KEYS[3], ARGV[3])
+    end
+    return tonumber(done)
+end
+-- A retry leaves its outcome for the copies still on their way; out of memory it stands
+-- without.
+local function settle(outcome)
+    if retry then
+        redis.pcall('set', KEYS[3], outcome, 'px', ARGV[3])
     end
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
+    settle('x')
     return nil
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
 if count == nil then
+    settle('x')
     return nil
 end
 local n = math.min(tonumber(ARGV[5]), count)
@@ -59,6 +75,8 @@ if redis.call('hlen', KEYS[1]) > 1 then
         end
         if left > 0 then
             redis.call('set', KEYS[3], out, 'px', ARGV[3])
+        else
+            settle('1')
         end
         return out
     end
@@ -70,4 +88,5 @@ if type(sent) == 'table' and sent.err then
     return redis.error_reply('NOPERM publish refused: ' .. sent.err)
 end
 redis.call('del', KEYS[1])
+settle('1')
 return 1

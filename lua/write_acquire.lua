@@ -8,7 +8,8 @@
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  write holder field: "<client uuid>:<owner id>:write"
 -- ARGV[3]  how long the latch is kept, in ms
--- ARGV[4]  '1' when the client knows of no write hold of this field, '0' otherwise
+-- ARGV[4]  '1' when the client knows of no write hold of this field and sends no other
+--          request of it (a hold of the field found here is adopted as is), '0' otherwise
 -- ARGV[5]  '1' when this request was sent before and its reply was lost, '0' the first time
 -- ARGV[6]  '1' when the caller waits if the lock is busy: it marks its field in KEYS[3]
 --          for ARGV[7] ms, which holds back new readers of this crate until it is in
@@ -17,16 +18,26 @@
 -- it is the readers' turn (the PTTL is the turn's), or when anyone else holds the lock,
 -- readers included (the caller's own read holds too: an
 -- upgrade is refused by the client before it gets here).
-if ARGV[5] == '1' then
-    local granted = redis.call('get', KEYS[2])
-    if (granted or ARGV[4] == '1') and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-        -- Always a write, the TTL kept where it is longer (see acquire.lua).
-        redis.call('pexpire', KEYS[1], string.format('%d', math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))))
-        if granted then
-            return {1, 0, 1}
-        end
-        return {1, 0, 0}
+-- A writer granted waits no more: its own mark goes, and only its own (below).
+local function holds_now()
+    if KEYS[3] then
+        redis.call('zrem', KEYS[3], ARGV[2])
     end
+end
+-- A retry whose first send granted (its latch says so), or a call that knows of no
+-- write hold of this field and sends no other request of it, finding the field here
+-- anyway: a hold nobody took (this request's own first send, an unlock answered too
+-- late), adopted as it is, as in acquire.lua. Counted again, it would leave the lock held
+-- by nobody after the call's unlock (issue 24's finding 5).
+local granted = ARGV[5] == '1' and redis.call('get', KEYS[2])
+if (granted or ARGV[4] == '1') and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    -- Always a write, the TTL kept where it is longer (see acquire.lua).
+    redis.call('pexpire', KEYS[1], string.format('%d', math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))))
+    holds_now()
+    if granted then
+        return {1, 0, 1}
+    end
+    return {1, 0, 0}
 end
 -- One mark per waiting writer (see read_acquire.lua): a writer let in takes away its own
 -- only, so another writer's grant never lets new readers pass a writer still waiting.
@@ -63,9 +74,7 @@ if mode == false and KEYS[4] then
     end
 end
 if mode == false then
-    if KEYS[3] then
-        redis.call('zrem', KEYS[3], ARGV[2])
-    end
+    holds_now()
     redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     if ARGV[4] == '1' then

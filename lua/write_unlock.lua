@@ -14,20 +14,36 @@
 -- ARGV[7]  '1' when this request was sent before and its reply was lost, '0' the first time
 -- ARGV[8]  how long the readers' turn lasts at most, in ms
 -- Returns nil when the caller holds no write hold, 0 when write holds remain (latched
--- '0'), 1 when the last one went (not latched: a retry finds the field gone). The
--- message is published whenever the last write hold goes: readers may enter then, also
--- when the writer's own read holds keep the hash (mode turns 'read').
-if ARGV[7] == '1' then
-    local done = redis.call('get', KEYS[3])
-    if done then
-        return tonumber(done)
+-- '0'), 1 when the last one went (a first send's is not latched: a retry finds the field
+-- gone). The message is published whenever the last write hold goes: readers may enter
+-- then, also when the writer's own read holds keep the hash (mode turns 'read'). Every
+-- send replays a latch it finds, and a retry latches every outcome, as in unlock.lua.
+local retry = ARGV[7] == '1'
+-- Every send, not only a retry: a late copy of an answered unlock must not release a
+-- newer hold of the field (unlock.lua, issue 24's finding 7).
+local done = redis.call('get', KEYS[3])
+if done then
+    if retry then
+        -- A write, for replica sync's WAIT (see unlock.lua).
+        redis.call('pexpire', KEYS[3], ARGV[4])
+    end
+    -- 'x' (nothing was held) gives nil.
+    return tonumber(done)
+end
+-- A retry leaves its outcome for the copies still on their way; out of memory it stands
+-- without.
+local function settle(outcome)
+    if retry then
+        redis.pcall('set', KEYS[3], outcome, 'px', ARGV[4])
     end
 end
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' then
+    settle('x')
     return nil
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
 if count == nil then
+    settle('x')
     return nil
 end
 local n = tonumber(ARGV[6])
@@ -69,4 +85,5 @@ if KEYS[5] then
         redis.call('pexpire', KEYS[5], ARGV[8])
     end
 end
+settle('1')
 return 1

@@ -107,8 +107,13 @@ impl LockGuard {
     }
 
     /// The fencing token of this acquisition, for a lock from
-    /// [`Client::fenced_lock`](crate::Client::fenced_lock): larger than every token issued before for this lock
-    /// name, by any client (Redisson's `RFencedLock` included). Pass it to the protected
+    /// [`Client::fenced_lock`](crate::Client::fenced_lock): drawn from the name's counter
+    /// for this acquisition (by its grant, a re-entry's too, by the unlock that handed
+    /// it the lock, or, for a hold of its field that nobody took and the call adopted,
+    /// by the adopting call), so larger than every token drawn before it for this lock
+    /// name, by any client (Redisson's `RFencedLock` included). A call whose reply was
+    /// lost and that was sent again gets the token its first send drew, if Redis still
+    /// has its record of it, else a new one. Pass it to the protected
     /// resource, which should refuse any token lower than the highest it has seen (see
     /// [`docs::guarantees`](crate::docs::guarantees)). `None` for a plain lock ([`Client::lock`](crate::Client::lock)), which, like
     /// Redisson's `RLock`, keeps no counter.

@@ -61,9 +61,9 @@ async fn a_lock_over_a_grant_nobody_took_is_released_by_its_unlock() {
     );
 }
 
-/// A fenced lock over a leftover grant: the adopting call gets the counter's token (the
-/// one the leftover was granted with: nobody can have drawn one since), and its unlock
-/// frees the lock.
+/// A fenced lock over a leftover grant: the adopting call draws a token of its own,
+/// above the counter (the leftover may be a plain lock's, which drew none, and the
+/// counter's 41 then an earlier holder's), and its unlock frees the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_lock_over_a_grant_nobody_took_is_released_by_its_unlock() {
     let (_s, client, mut con) = setup().await;
@@ -75,7 +75,11 @@ async fn a_fenced_lock_over_a_grant_nobody_took_is_released_by_its_unlock() {
             .unwrap();
         leave_grant(&mut con, &client, name, 30_000).await;
         let guard = client.fenced_lock(name).lock().await.unwrap();
-        assert_eq!(guard.fencing_token(), Some(41));
+        assert_eq!(
+            guard.fencing_token(),
+            Some(42),
+            "the adopting call did not draw a token above every token before"
+        );
         guard.unlock().await.unwrap();
     })
     .await;
