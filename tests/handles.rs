@@ -280,6 +280,7 @@ async fn unavailable_names_the_address() {
         other => panic!("expected Unavailable naming {addr}, got {other:?}"),
     };
     check(Client::connect("redis://127.0.0.1:1").await, "127.0.0.1:1");
+    #[cfg(feature = "sentinel")]
     check(
         Client::sentinel(&["redis://127.0.0.1:1"], "mymaster")
             .connect_timeout(Duration::from_millis(500))
@@ -287,6 +288,7 @@ async fn unavailable_names_the_address() {
             .await,
         "127.0.0.1:1",
     );
+    #[cfg(feature = "cluster")]
     check(
         Client::cluster(&["redis://127.0.0.1:1"])
             .connect_timeout(Duration::from_millis(500))
@@ -342,6 +344,7 @@ async fn valkey_urls_work_as_redis_urls() {
     }
 }
 
+#[cfg(all(feature = "sentinel", feature = "cluster"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valkey_url_lists_for_sentinel_and_cluster() {
     let valkey = |urls: Vec<String>| -> Vec<String> {
