@@ -164,7 +164,11 @@ pub(crate) async fn settle_unanswered(
     records: Vec<Unanswered>,
 ) -> Result<()> {
     for u in records {
-        resend(inner, hold, &u).await?;
+        // Past its latch's life a resend could run the release twice; a copy that late
+        // is not guarded (`docs/guarantees.md`).
+        if u.sent.elapsed() < LATE_COPIES {
+            resend(inner, hold, &u).await?;
+        }
         inner
             .table
             .settle_unanswered(&hold.name, &hold.field, &u.latch);
@@ -232,7 +236,9 @@ async fn send_release(
         next: offer.as_ref().map(|o| (&*o.ticket.field, o.ticket.lease)),
         keep,
         holds,
-        latch_ttl: inner.latch_ttl(),
+        // As long as a late copy is guarded: the janitor deletes the latch once the
+        // call has its answer, and one that got none is sent again within this.
+        latch_ttl: LATE_COPIES,
         retry: false,
         // A fenced waiter's grant needs a token even if the releasing handle is plain.
         fenced: hold.fenced || offer.as_ref().is_some_and(|o| o.ticket.fenced),
@@ -260,7 +266,6 @@ async fn send_release(
             Err(e) if e.may_have_run() && attempt < ATTEMPTS => {
                 tracing::debug!(attempt, error = %e, "unlock reply lost; retrying with the same request id");
                 call.retry = true;
-                call.latch_ttl = call.latch_ttl.max(LATE_COPIES);
                 tokio::time::sleep(Duration::from_millis(20 * attempt as u64)).await;
             }
             Err(e) => {
@@ -269,6 +274,7 @@ async fn send_release(
                         latch: latch.clone(),
                         holds,
                         keep,
+                        sent,
                     };
                     inner.table.add_unanswered(&hold.name, &hold.field, u);
                 }

@@ -91,6 +91,9 @@ struct Watched {
 pub(crate) struct Unanswered {
     /// The release's latch, named by its request id.
     pub(crate) latch: String,
+    /// When its first send went out: past `raw::LATE_COPIES` its latch may be gone, and
+    /// it is no longer sent again.
+    pub(crate) sent: Instant,
     pub(crate) holds: u32,
     pub(crate) keep: Option<Duration>,
 }
@@ -110,6 +113,8 @@ struct Holder {
     unanswered: Vec<Unanswered>,
     /// Grants handed to a waiter of the field and not yet taken up (`holds::HandedGuard`).
     handed: u32,
+    /// Of `in_flight`, the marks of offers to the field (`holds::OfferedGuard`).
+    offering: u32,
 }
 
 impl Default for Holder {
@@ -122,6 +127,7 @@ impl Default for Holder {
             settled: None,
             unanswered: Vec::new(),
             handed: 0,
+            offering: 0,
         }
     }
 }
@@ -413,8 +419,9 @@ impl Table {
         let mut held = Vec::new();
         for (name, e) in names.iter_mut() {
             e.holders.retain(|field, h| {
-                // A field whose release got no answer may still hold: released whole.
-                if h.holds() || !h.unanswered.is_empty() {
+                // A field whose release got no answer may still hold, and one handed a
+                // grant not yet taken up does: released whole.
+                if h.holds() || !h.unanswered.is_empty() || h.handed > 0 {
                     held.push(((name.clone(), field.clone()), h.kind));
                 }
                 h.unanswered.clear();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attempt::Tried;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handover::{Left, Waiter};
 use crate::identity::OwnerId;
@@ -282,6 +282,11 @@ impl Waiting<'_> {
             );
             release_detached(target.inner().clone(), target.hold(&self.field));
             return Step::Attempt;
+        }
+        if target.inner().closed.is_set() {
+            // The client shut down after the grant was handed over: shutdown released
+            // the field whole, this grant with it.
+            return Step::Done(Err(Error::Closed));
         }
         tracing::debug!(waited = ?self.started.elapsed(), token = grant.token, "lock handed over");
         Step::Done(Ok(Some(target.held(

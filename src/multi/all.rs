@@ -11,8 +11,9 @@ use crate::lock::Lock;
 use crate::raw::Kind;
 
 impl MultiLock {
-    /// A lock that holds every one of `locks`. A part given twice (same name, client
-    /// and kind) is taken once; the read and write halves of one read-write lock are two
+    /// A lock that holds every one of `locks`. A part given twice (same name, client,
+    /// kind, and fenced or not) is taken once; a fenced and a plain lock of one name are
+    /// two parts (the guard keeps the fenced one's token); the read and write halves of one read-write lock are two
     /// parts, taken write first (see [`MultiLock`]).
     ///
     /// # Errors
@@ -159,12 +160,14 @@ impl MultiLock {
 /// The order parts are taken in: by name, then client, and the write half of a
 /// read-write lock before its read half, since its owner may then read (a downgrade)
 /// while a reader that asks to write is refused (`Error::UpgradeRefused`).
-fn order_key(lock: &Lock) -> (&str, &str, u8) {
+fn order_key(lock: &Lock) -> (&str, &str, u8, bool) {
     let rank = match lock.kind() {
         Kind::Write => 0,
         Kind::Read => 1,
         Kind::Plain => 2,
         Kind::Fair => 3,
     };
-    (lock.name(), lock.client_id(), rank)
+    // A fenced part and a plain one of one name are two parts: the fenced one's token
+    // must not be dropped.
+    (lock.name(), lock.client_id(), rank, lock.is_fenced())
 }

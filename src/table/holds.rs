@@ -74,7 +74,10 @@ impl Table {
             // guard of its own), nor a hold whose release is on its way.
             // Nor with a grant handed to a waiter of the field and not yet taken up (a
             // twin future of the task): that is its waiter's, not a hold nobody took.
-            let fresh = !h.holds() && h.handed == 0 && (h.in_flight == 0 || adopt);
+            // An adopting call may overlook the offer's own mark, not a twin's request.
+            let fresh = !h.holds()
+                && h.handed == 0
+                && (h.in_flight == 0 || (adopt && h.in_flight <= h.offering));
             self.start(h);
             Begin::Send {
                 fresh,
@@ -229,7 +232,7 @@ impl Table {
         may_offer: bool,
         offer: impl FnOnce(&mut Queue, &dyn Fn(&str) -> bool) -> Option<O>,
         offered: impl Fn(&O) -> Option<Arc<str>>,
-    ) -> (InFlightGuard, Option<O>, Option<InFlightGuard>) {
+    ) -> (InFlightGuard, Option<O>, Option<OfferedGuard>) {
         self.with(name, |e| {
             let holds = {
                 let h = e.holders.entry(field.clone()).or_default();
@@ -240,14 +243,22 @@ impl Table {
             // offering the lock with it would only wake a waiter for nothing.
             let plan = if may_offer && !holds {
                 let holders = &e.holders;
-                let busy = |f: &str| holders.get(f).is_some_and(|h| h.in_flight > 0);
+                // Nor to a field with a release that got no answer: its resend, before
+                // the field's next call, must not meet a hold handed over meanwhile.
+                let busy = |f: &str| {
+                    holders
+                        .get(f)
+                        .is_some_and(|h| h.in_flight > 0 || !h.unanswered.is_empty())
+                };
                 offer(&mut e.queue, &busy)
             } else {
                 None
             };
             let to = plan.as_ref().and_then(offered).map(|to| {
-                self.start(e.holders.entry(to.clone()).or_default());
-                self.guard(name, &to)
+                let h = e.holders.entry(to.clone()).or_default();
+                self.start(h);
+                h.offering += 1;
+                OfferedGuard(self.guard(name, &to))
             });
             (self.guard(name, field), plan, to)
         })
@@ -301,6 +312,19 @@ impl Table {
     pub(crate) fn settle_unanswered(&self, name: &Arc<str>, field: &Arc<str>, latch: &str) {
         self.with_holder(name, field, |h, _| {
             h.unanswered.retain(|u| u.latch != latch)
+        });
+    }
+}
+
+/// The mark that keeps an offered field in flight until its offer settles (see
+/// [`Table::begin_release`]); an adopting call of the field may overlook it.
+pub(crate) struct OfferedGuard(InFlightGuard);
+
+impl Drop for OfferedGuard {
+    fn drop(&mut self) {
+        let g = &self.0;
+        g.table.with_holder(&g.name, &g.field, |h, _| {
+            h.offering = h.offering.saturating_sub(1);
         });
     }
 }
