@@ -314,9 +314,6 @@ fn send(w: &mut World, c: usize, t: usize, req: Req, fate: Fate, rounds: u8) -> 
             Req::Acquire { args, .. } => args.last_mut().expect("flags").insert(0, 'r'),
             Req::Release { args, .. } => {
                 args.last_mut().expect("flags").insert(0, 'r');
-                // `release.rs`: a retried release keeps its latch for late copies
-                // (`LATE_COPIES`, 10 minutes: past any clock bound here).
-                args[2] = LATE_COPIES_MS.to_string();
             }
         }
         w.clients[c].tasks[t].phase = Phase::Retry { req, rounds };
@@ -457,7 +454,8 @@ pub fn release_args(
     vec![
         "0".to_string(),
         field(c, t),
-        w.cfg.latch_ttl.to_string(),
+        // `release.rs`: a release's latch lives as long as late copies are guarded.
+        LATE_COPIES_MS.to_string(),
         "1".to_string(),
         next.to_string(),
         lease.to_string(),
