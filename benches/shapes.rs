@@ -227,13 +227,9 @@ impl Locker {
                 let script = OUR_ACQUIRE.with(|s| s.clone());
                 let _: redis::Value = script
                     .key(&*name)
-                    .key(format!("redisson_lock_token:{{{name}}}"))
-                    .key(format!(
-                        "redisson_acquire_latch:{{{name}}}:0123456789abcdef"
-                    ))
+                    .key(format!("redisson_unlock_latch:{{{name}}}:0123456789abcdef"))
                     .key(format!("redisson_lock_clients:{{{name}}}"))
                     .key(format!("redisson_lock_turn:{{{name}}}"))
-                    .key(format!("redisson_lock_turns:{{{name}}}"))
                     .arg(LEASE.as_millis() as u64)
                     .arg(&*field)
                     .arg(20_000)
@@ -286,10 +282,8 @@ impl Locker {
                     .key(&*name)
                     .key(format!("redisson_lock__channel:{{{name}}}"))
                     .key(format!("redisson_unlock_latch:{{{name}}}:0123456789abcdef"))
-                    .key(format!("redisson_lock_token:{{{name}}}"))
                     .key(format!("redisson_lock_clients:{{{name}}}"))
                     .key(format!("redisson_lock_turn:{{{name}}}"))
-                    .key(format!("redisson_lock_turns:{{{name}}}"))
                     .arg(0)
                     .arg(&*field)
                     .arg(20_000)

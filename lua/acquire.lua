@@ -1,14 +1,16 @@
 -- Take or re-enter a lock, at most once per request; a fenced lock also issues a
 -- fencing token.
 -- KEYS[1]  lock hash (the lock's name)
--- KEYS[2]  fencing token counter: redisson_lock_token:{<name>} (touched only when fenced)
--- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
--- KEYS[4]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
--- KEYS[5]  whose turn it is to take the lock after a release: redisson_lock_turn:{<name>}
+-- KEYS[2]  acquire latch: redisson_unlock_latch:{<name>}:<request id> (request ids are
+--          never shared, so acquire and unlock latches share the name)
+-- KEYS[3]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
+-- KEYS[4]  whose turn it is to take the lock after a release: redisson_lock_turn:{<name>}
+-- KEYS[5]  fencing token counter: redisson_lock_token:{<name>}; sent with 'F' only (a
+--          plain lock never names it)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>"
 -- ARGV[3]  how long the latch is kept, in ms
--- ARGV[4]  turn window in ms; '0' leaves KEYS[4] and KEYS[5] alone (turns off). A
+-- ARGV[4]  turn window in ms; '0' leaves KEYS[3] and KEYS[4] alone (turns off). A
 --          client is known in them by its id, the first 36 characters of ARGV[2]
 -- ARGV[5]  flags, one letter each, present when true (one argument, not five: each
 --          argument costs the server about as much as a command):
@@ -18,8 +20,8 @@
 --          'r' this request was sent before and its reply was lost
 --          'F' a fenced lock (Redisson's RFencedLock: every grant INCRs the counter); a
 --              plain one (Redisson's RLock) never touches the counter
---          'w' the caller waits if the lock is busy: the client then joins KEYS[4]
---          'k' or 'l': what a first grant does to the client's place in KEYS[4]: keep it
+--          'w' the caller waits if the lock is busy: the client then joins KEYS[3]
+--          'k' or 'l': what a first grant does to the client's place in KEYS[3]: keep it
 --              (other waiters of the client remain: it stays, or joins again at the back
 --              after using its turn) or leave (its last waiter in line); neither: the
 --              client is not in line
@@ -28,7 +30,7 @@
 -- latched is 1 when the latch was written (the client deletes it once the request has
 -- its answer). Returns {0, pttl} when someone else holds it, or {0, pttl, 1} when it is
 -- free but it is another client's turn (then the PTTL is the turn's); the PTTL bounds how
--- long a waiter sleeps. With turns on, a client whose caller waits joins KEYS[4] once when it finds the
+-- long a waiter sleeps. With turns on, a client whose caller waits joins KEYS[3] once when it finds the
 -- lock busy, and a first grant takes it out again.
 local flags = ARGV[5]
 local function flag(letter)
@@ -46,7 +48,7 @@ local function lease_from_now()
     redis.call('pexpire', KEYS[1], string.format('%d', ttl))
 end
 if flag('r') then
-    local granted = redis.call('get', KEYS[3])
+    local granted = redis.call('get', KEYS[2])
     -- The first send granted, and the hold is still there: the lease is counted from
     -- now, as the client counts it from this send. A hold gone since (expired) is not
     -- granted twice from the latch: the request then asks afresh, below.
@@ -70,9 +72,9 @@ if knows_none and not fresh and redis.call('hexists', KEYS[1], ARGV[2]) == 1 the
     local token = 0
     if fenced then
         -- First, before any write, as below.
-        token = redis.pcall('incr', KEYS[2])
+        token = redis.pcall('incr', KEYS[5])
         if type(token) ~= 'number' or token < 1 then
-            return redis.error_reply('BADTOKEN ' .. KEYS[2])
+            return redis.error_reply('BADTOKEN ' .. KEYS[5])
         end
     end
     lease_from_now()
@@ -89,21 +91,21 @@ local function keep_for(key, ms)
     end
 end
 local function wait_in_line()
-    if not redis.call('lpos', KEYS[4], me) then
-        redis.call('rpush', KEYS[4], me)
+    if not redis.call('lpos', KEYS[3], me) then
+        redis.call('rpush', KEYS[3], me)
     end
-    keep_for(KEYS[4], 2 * tonumber(ARGV[1]))
+    keep_for(KEYS[3], 2 * tonumber(ARGV[1]))
 end
 local turn = false
 if fresh and turns then
     -- A release gave the next turn to the client first in line: the others wait for it
     -- to take the lock, at most until the turn runs out.
-    turn = redis.call('get', KEYS[5])
+    turn = redis.call('get', KEYS[4])
     if turn and turn ~= me then
         if waits then
             wait_in_line()
         end
-        return {0, redis.call('pttl', KEYS[5]), 1}
+        return {0, redis.call('pttl', KEYS[4]), 1}
     end
 end
 if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
@@ -112,9 +114,9 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
         -- First, because it is the only call here that can fail on a well-formed lock
         -- (a counter of the wrong type, not a number, or not positive after INCR): a
         -- script is not rolled back, so nothing may be written before it is known good.
-        token = redis.pcall('incr', KEYS[2])
+        token = redis.pcall('incr', KEYS[5])
         if type(token) ~= 'number' or token < 1 then
-            return redis.error_reply('BADTOKEN ' .. KEYS[2])
+            return redis.error_reply('BADTOKEN ' .. KEYS[5])
         end
     end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
@@ -126,14 +128,14 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if turn then
         -- This client's turn is used. The release took it out of the line, but a busy
         -- answer since (a Redisson client took the lock first) may have put it back.
-        redis.call('del', KEYS[5])
+        redis.call('del', KEYS[4])
         if line == 'keep' then
             wait_in_line()
         elseif line == 'leave' then
-            redis.call('lrem', KEYS[4], 1, me)
+            redis.call('lrem', KEYS[3], 1, me)
         end
     elseif fresh and turns and line == 'leave' then
-        redis.call('lrem', KEYS[4], 1, me)
+        redis.call('lrem', KEYS[3], 1, me)
     elseif fresh and turns and line == 'keep' then
         wait_in_line()
     end
@@ -142,7 +144,7 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if fresh and knows_none then
         return {1, token, 0}
     end
-    redis.call('set', KEYS[3], token, 'px', ARGV[3])
+    redis.call('set', KEYS[2], token, 'px', ARGV[3])
     return {1, token, 1}
 end
 -- Busy: by a holder, or by data that is no lock (then nobody would ever release it).

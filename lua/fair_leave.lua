@@ -8,7 +8,7 @@
 -- ARGV[3]  unlock message ("0")
 -- ARGV[4]  'publish' or 'spublish'
 -- ARGV[5]  the lock's channel, redisson_lock__channel:{<name>}
--- ARGV[6]  this crate's event channel, rlock_events:{<name>} (see force_unlock.lua)
+-- ARGV[6]  the force unlock's event message, published on ARGV[5] (see force_unlock.lua)
 -- ARGV[7]  the wait timeout W in ms (see fair_acquire.lua): each waiter behind the one
 --          that leaves is one place nearer the head, and its deadline comes W nearer, as
 --          in Redisson's acquireFailed
@@ -34,7 +34,7 @@ end
 local deleted = 0
 if ARGV[2] == '1' and redis.call('type', KEYS[1]).ok == 'hash' then
     redis.call('del', KEYS[1])
-    redis.pcall(ARGV[4], ARGV[6], 'force-unlock')
+    redis.pcall(ARGV[4], ARGV[5], ARGV[6])
     deleted = 1
 end
 if redis.call('exists', KEYS[1]) == 0 then

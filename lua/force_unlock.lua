@@ -1,10 +1,11 @@
 -- Delete a lock whoever holds it, and wake its waiters.
 -- KEYS[1]  lock hash
 -- KEYS[2]  unlock channel
--- KEYS[3]  this crate's event channel, rlock_events:{<name>}, where `rlock watch` hears
---          that the release was forced
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  'publish', or 'spublish' on a cluster with sharded pub/sub
+-- ARGV[3]  the force unlock's event message, an integer (Redisson's subscribers act only
+--          on 0 and 1), which tells `rlock watch` that the release right behind it was
+--          forced
 -- Returns 1 when a lock was deleted, 0 when there was none; WRONGTYPE or NOTALOCK,
 -- deleting nothing, when the key is not a lock (another type, or a hash of other fields).
 local kind = redis.call('type', KEYS[1])['ok']
@@ -19,7 +20,7 @@ if refused then
     return refused
 end
 -- The event goes first, so that an observer knows why before it hears the release.
-redis.pcall(ARGV[2], KEYS[3], 'force-unlock')
+redis.pcall(ARGV[2], KEYS[2], ARGV[3])
 -- PUBLISH before DEL: if ACL refuses it, nothing has been deleted. Servers word that
 -- refusal differently and Redis 7.0 gives it no code of its own, so it is given one.
 local sent = redis.pcall(ARGV[2], KEYS[2], ARGV[1])

@@ -2,10 +2,10 @@
 -- waiters (Redisson's forceUnlock of a read or a write lock).
 -- KEYS[1]  lock hash
 -- KEYS[2]  channel: redisson_rwlock:{<name>}
--- KEYS[3]  this crate's event channel, rlock_events:{<name>} (see force_unlock.lua)
 -- ARGV[1]  'read' or 'write': the mode the lock must be in
 -- ARGV[2]  message ("0" for read, "1" for write, as Redisson)
 -- ARGV[3]  'publish', or 'spublish' on a cluster with sharded pub/sub
+-- ARGV[4]  the force unlock's event message, published on KEYS[2] (see force_unlock.lua)
 -- Returns 1 when the lock was deleted, 0 when it is free or in the other mode; NOTALOCK,
 -- deleting nothing, when the name holds a hash that is not a lock.
 local refused = redis.call('exists', KEYS[1]) == 1 and refuse_unless_lock(KEYS[1])
@@ -15,7 +15,7 @@ end
 if redis.call('hget', KEYS[1], 'mode') ~= ARGV[1] then
     return 0
 end
-redis.pcall(ARGV[3], KEYS[3], 'force-unlock')
+redis.pcall(ARGV[3], KEYS[2], ARGV[4])
 local sent = redis.pcall(ARGV[3], KEYS[2], ARGV[2])
 if type(sent) == 'table' and sent.err then
     return redis.error_reply('NOPERM publish refused: ' .. sent.err)

@@ -3,31 +3,30 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  unlock channel: redisson_lock__channel:{<name>}
 -- KEYS[3]  unlock latch: redisson_unlock_latch:{<name>}:<request id>
--- KEYS[4]  fencing token counter: redisson_lock_token:{<name>}
--- KEYS[5]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
--- KEYS[6]  whose turn it is to take the lock: redisson_lock_turn:{<name>}
--- KEYS[7]  this crate's turns channel: redisson_lock_turns:{<name>}
+-- KEYS[4]  clients waiting for the lock, oldest first: redisson_lock_clients:{<name>}
+-- KEYS[5]  whose turn it is to take the lock: redisson_lock_turn:{<name>}
+-- KEYS[6]  fencing token counter: redisson_lock_token:{<name>}; sent with 'F' only
 -- ARGV[1]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[2]  holder field
 -- ARGV[3]  how long the latch is kept, in ms
 -- ARGV[4]  how many holds to release (the client's local re-entries count as one)
 -- ARGV[5]  holder field of the next holder to hand over to, or '' to publish
 -- ARGV[6]  the next holder's lease, in ms
--- ARGV[7]  turn window in ms: a published release gives the first client in KEYS[5] the
---          turn for this long, and names it on KEYS[7] just before the unlock message
---          (so other clients' waiters can let it go first without asking); '0' leaves
---          KEYS[5] and KEYS[6] alone
+-- ARGV[7]  turn window in ms: a published release gives the first client in KEYS[4] the
+--          turn for this long, and names it on KEYS[2] by its turn number just before the
+--          unlock message (so other clients' waiters can let it go first without
+--          asking); '0' leaves KEYS[4] and KEYS[5] alone
 -- ARGV[8]  flags, one letter each, present when true:
 --          'r' this request was sent before and its reply was lost
 --          'F' a fenced lock (a hand-over INCRs the token counter)
---          'g' the hand-over to ARGV[5] gives way to another client waiting in KEYS[5]
+--          'g' the hand-over to ARGV[5] gives way to another client waiting in KEYS[4]
 --              (this client has handed over several times in a row): the release is
 --              then published with that client's turn, and this client, which still
 --              has waiters, goes to the back of the line
 --          's' publish with SPUBLISH (a cluster with sharded pub/sub), else PUBLISH
 --          'e' the hand-over to ARGV[5] comes at the end of this client's run of them
 --              (its window is over): it goes ahead only if no one else may be waiting,
---              that is no other client in KEYS[5] and no subscriber of KEYS[2] but this
+--              that is no other client in KEYS[4] and no subscriber of KEYS[2] but this
 --              client; else the release is published, as without ARGV[5]
 -- The unlock message is Redisson's, "0".
 -- Returns nil when the caller holds nothing, 0 when holds remain, 1 when the lock was
@@ -99,13 +98,13 @@ end
 local turns = tonumber(ARGV[7] or '0') > 0
 local gave_way = false
 if ARGV[5] ~= '' and flag('g') and turns then
-    local first = redis.call('lrange', KEYS[5], 0, 1)
+    local first = redis.call('lrange', KEYS[4], 0, 1)
     if (first[1] and first[1] ~= me) or first[2] then
         -- Another client waits: its turn comes before this client's next hand-over.
         -- Back in line even if the client was not there: its waiters need a place.
-        redis.call('lrem', KEYS[5], 1, me)
-        if try_write('rpush', KEYS[5], me) then
-            keep_for(KEYS[5], 2 * tonumber(ARGV[6]))
+        redis.call('lrem', KEYS[4], 1, me)
+        if try_write('rpush', KEYS[4], me) then
+            keep_for(KEYS[4], 2 * tonumber(ARGV[6]))
         end
         gave_way = true
     end
@@ -115,7 +114,7 @@ end
 -- turns off). A count the server will not give, or does not believe, is taken as yes.
 local function others_wait()
     if turns then
-        local first = redis.call('lrange', KEYS[5], 0, 1)
+        local first = redis.call('lrange', KEYS[4], 0, 1)
         if (first[1] and first[1] ~= me) or first[2] then
             return true
         end
@@ -130,7 +129,7 @@ if ARGV[5] ~= '' and not gave_way and not run_over then
     -- this a published release instead; the waiter's own acquire then reports it.
     local token = 0
     if flag('F') then
-        token = redis.pcall('incr', KEYS[4])
+        token = redis.pcall('incr', KEYS[6])
         if type(token) ~= 'number' or token < 1 then
             token = nil
         end
@@ -153,25 +152,30 @@ if ARGV[5] ~= '' and not gave_way and not run_over then
 end
 local next_client = false
 if turns then
-    next_client = redis.call('lindex', KEYS[5], 0)
+    next_client = redis.call('lindex', KEYS[4], 0)
     if next_client == me then
         -- This client's own run of hand-overs ended with its waiters still in line: the
         -- turn goes to the next client, and this one goes to the back. A turn of its
         -- own would only hold the others off while its waiters hold back.
-        local second = redis.call('lindex', KEYS[5], 1)
+        local second = redis.call('lindex', KEYS[4], 1)
         if second then
             -- The list keeps at least one entry, so it keeps its TTL.
-            redis.call('lpop', KEYS[5])
-            try_write('rpush', KEYS[5], me)
+            redis.call('lpop', KEYS[4])
+            try_write('rpush', KEYS[4], me)
         end
         next_client = second
     end
 end
--- The turn is named before the unlock message, on a channel of this crate's own (a
--- Redisson client never hears it): a subscriber gets both in this order. It is only a
--- hint, so a refusal is ignored.
+-- The turn is named before the unlock message, on the lock's own channel, so that a
+-- subscriber gets both in this order on one subscription. Redisson's subscribers decode
+-- every message there as an integer and act only on 0 and 1, so the client is named by
+-- a number: 2^48 plus the first 48 bits of its id (its first 12 hex digits). It is only
+-- a hint, so a refusal is ignored.
 if next_client then
-    redis.pcall(publish, KEYS[7], next_client)
+    local bits = tonumber(string.sub(next_client, 1, 8) .. string.sub(next_client, 10, 13), 16)
+    if bits then
+        redis.pcall(publish, KEYS[2], string.format('%.0f', 281474976710656 + bits))
+    end
 end
 -- PUBLISH before any write: a publish refused by ACL then leaves the lock as it was,
 -- instead of a lock released that no waiter hears of. The refusal is given the NOPERM
@@ -182,9 +186,9 @@ if type(sent) == 'table' and sent.err then
 end
 redis.call('del', KEYS[1])
 if next_client then
-    redis.call('lpop', KEYS[5])
+    redis.call('lpop', KEYS[4])
     -- Only a hint for the waiters (2.6): out of memory, the release stands without it.
-    try_write('set', KEYS[6], next_client, 'px', ARGV[7])
+    try_write('set', KEYS[5], next_client, 'px', ARGV[7])
 end
 if gave_way then
     settle('3')

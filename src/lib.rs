@@ -110,9 +110,9 @@ pub use stats::Stats;
 /// locks by hand; `docs/protocol.md` ([`docs::protocol`]) specifies them.
 pub mod protocol {
     pub use crate::raw::{
-        channel_name, clients_key, events_channel, is_holder_field, is_lock_hash, queue_key,
-        read_turn_key, reader_key, rw_channel_name, timeout_key, token_key, turn_key,
-        turns_channel, writer_key, FORCE_UNLOCK_EVENT, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
+        channel_name, clients_key, is_holder_field, is_lock_hash, queue_key, read_turn_key,
+        reader_key, rw_channel_name, timeout_key, token_key, turn_key, turn_message, writer_key,
+        FORCE_UNLOCK_EVENT, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
     };
     pub use crate::sync_raw::{
         latch_channel, permit_timeout_key, semaphore_channel, LATCH_NEW_COUNT_MESSAGE,

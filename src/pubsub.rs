@@ -46,9 +46,9 @@ pub(crate) struct ChannelEntry {
     /// True once Redis confirmed the SUBSCRIBE for this entry.
     ready: AtomicBool,
     ready_changed: Notify,
-    /// A plain lock's channel with turns on: the turns channel subscribed with it
+    /// A plain lock's channel with turns on: turn messages come on it too
     /// (`docs/protocol.md` 2.6). Such a channel also lingers (see [`timers::LINGER`]).
-    turns: Option<Arc<str>>,
+    turns: bool,
     turn: Mutex<TurnState>,
     /// Since when the entry has had no waiter (a lingering channel).
     idle_since: Mutex<Option<Instant>>,
@@ -60,12 +60,8 @@ pub(crate) struct ChannelEntry {
 type NameWaiters = (usize, Arc<Notify>);
 
 impl ChannelEntry {
-    /// Redis confirmed the subscription of `channel`. The lock's own channel makes the
-    /// entry ready; its turns channel, subscribed before it, does not.
-    fn confirmed(&self, channel: &str) {
-        if self.turns.as_deref() == Some(channel) {
-            return;
-        }
+    /// Redis confirmed the subscription of the entry's channel.
+    fn confirmed(&self, _channel: &str) {
         self.ready.store(true, Ordering::SeqCst);
         self.ready_changed.notify_waiters();
     }
@@ -150,8 +146,8 @@ struct HubShared {
     next_id: AtomicU64,
     connected: AtomicBool,
     stats: Arc<Counters>,
-    /// This client's id, as a turn message names it.
-    me: Arc<str>,
+    /// This client's number, as a turn message names it (`raw::turn_message`).
+    me: Option<u64>,
     turn_window: Duration,
     timers: Mutex<Vec<(Instant, Timer)>>,
 }
@@ -200,7 +196,7 @@ impl PubSubHub {
             next_id: AtomicU64::new(1),
             connected: AtomicBool::new(false),
             stats,
-            me,
+            me: crate::raw::TurnMessage::number_of(&me),
             turn_window: config.turn_window,
             timers: Mutex::new(Vec::new()),
         });
@@ -249,12 +245,13 @@ impl PubSubHub {
         Ok(PubSubHub { shared })
     }
 
-    /// Joins the waiters of `channel` for the lock `name`, subscribing the channel (and
-    /// `turns`, a plain lock's turns channel, with turns on) if this is its first waiter.
+    /// Joins the waiters of `channel` for the lock `name`, subscribing the channel if
+    /// this is its first waiter. `turns`: a plain lock's channel with turns on, where
+    /// turn messages come too.
     pub(crate) fn subscribe(
         &self,
         channel: &Arc<str>,
-        turns: Option<&Arc<str>>,
+        turns: bool,
         name: &Arc<str>,
     ) -> Subscription {
         let mut channels = self.shared.channels.lock();
@@ -268,20 +265,16 @@ impl PubSubHub {
                     names: Mutex::new(HashMap::default()),
                     ready: AtomicBool::new(false),
                     ready_changed: Notify::new(),
-                    turns: turns.cloned(),
+                    turns,
                     turn: Mutex::default(),
                     idle_since: Mutex::new(None),
                     linger_pending: AtomicBool::new(false),
                 });
-                // All in one batch, so one SUBSCRIBE confirms them; the turns channel
-                // first, so that no turn message is missed once the lock's is confirmed.
-                for ch in turns.into_iter().chain([channel]) {
-                    channels.insert(ch.clone(), entry.clone());
-                    let _ = self
-                        .shared
-                        .commands
-                        .send(Command::Subscribe(ch.clone(), id));
-                }
+                channels.insert(channel.clone(), entry.clone());
+                let _ = self
+                    .shared
+                    .commands
+                    .send(Command::Subscribe(channel.clone(), id));
                 entry
             }
         };
@@ -390,7 +383,7 @@ impl Drop for Subscription {
         self.entry.leave(&self.name);
         let mut channels = self.hub.channels.lock();
         if self.entry.waiters.fetch_sub(1, Ordering::SeqCst) == 1 {
-            if self.entry.turns.is_some() {
+            if self.entry.turns {
                 // Kept for a while: this client's next wait on the lock is likely soon.
                 let now = Instant::now();
                 *self.entry.idle_since.lock() = Some(now);
@@ -432,9 +425,13 @@ impl HubShared {
         };
         let entry = self.channels.lock().get(channel).cloned();
         if let Some(entry) = entry {
-            if entry.turns.as_deref() == Some(channel) {
-                self.on_turn(&entry, payload);
-                return;
+            if entry.turns {
+                match crate::raw::TurnMessage::of(payload) {
+                    crate::raw::TurnMessage::Turn(n) => return self.on_turn(&entry, n),
+                    // Its unlock message comes right behind it.
+                    crate::raw::TurnMessage::ForceEvent => return,
+                    crate::raw::TurnMessage::Other => {}
+                }
             }
             // Redisson's lock sends "0": one waiter per name may go. On a read-write
             // lock's channel every waiter tries: after a writer's "1" readers share, and

@@ -72,12 +72,12 @@ use undo::rollback;
 pub(crate) use fair::{fair_leave, waiter_channel};
 pub use fair::{queue_key, timeout_key};
 pub(crate) use force::force_release;
-pub use force::{events_channel, FORCE_UNLOCK_EVENT};
+pub use force::FORCE_UNLOCK_EVENT;
 pub(crate) use rw::{clear_mark, force_release_rw, renew_read, RW_CHANNEL_PREFIX};
 pub use rw::{read_turn_key, reader_key, rw_channel_name, writer_key, READ_UNLOCK_MESSAGE};
 pub use shape::{is_holder_field, is_lock_hash};
-pub use turns::{clients_key, turn_key, turns_channel};
-pub(crate) use turns::{is_turns_channel, leave_line, lock_pttl};
+pub use turns::{clients_key, turn_key, turn_message};
+pub(crate) use turns::{leave_line, lock_pttl, TurnMessage};
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name carries its own hash tag
 /// (Redisson's `prefixName`). Either way the result hashes to the lock key's cluster
@@ -117,14 +117,18 @@ pub fn token_key(name: &str) -> String {
 /// The latch that makes one unlock request idempotent:
 /// `redisson_unlock_latch:{<name>}:<request id>` (Redisson's layout).
 pub(crate) fn latch_key(name: &str, request_id: &str) -> String {
-    suffixed(prefixed("redisson_unlock_latch", name), request_id)
+    suffixed(prefixed(LATCH, name), request_id)
 }
 
-/// The latch that makes one acquire request idempotent (this crate's own key):
-/// `redisson_acquire_latch:{<name>}:<request id>`.
+/// The latch that makes one acquire request idempotent. It shares the unlock latches'
+/// name (`redisson_unlock_latch:{<name>}:<request id>`): every request draws an id of its
+/// own, and ours hold a `-` that Redisson's hex ids never do, so no two latches meet,
+/// and a lock costs one latch name in Redis, not two.
 pub(crate) fn acquire_latch_key(name: &str, request_id: &str) -> String {
-    suffixed(prefixed("redisson_acquire_latch", name), request_id)
+    latch_key(name, request_id)
 }
+
+const LATCH: &str = "redisson_unlock_latch";
 
 fn suffixed(mut key: String, request_id: &str) -> String {
     key.push(':');
@@ -235,10 +239,10 @@ pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attem
         Kind::Plain => ACQUIRE
             .call()
             .key(call.name)
-            .key(call.token_key)
             .key(call.latch)
             .key_own(turns::CLIENTS, call.name)
             .key_own(turns::TURN, call.name)
+            .key_if(call.fenced, call.token_key)
             .arg(ms(call.lease))
             .arg(call.field)
             .arg(ms(call.latch_ttl).max(1))
@@ -371,10 +375,9 @@ fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .key(call.name)
         .key(call.channel)
         .key(call.latch)
-        .key(call.token_key)
         .key_own(turns::CLIENTS, call.name)
         .key_own(turns::TURN, call.name)
-        .key_own(turns::TURNS, call.name)
+        .key_if(call.fenced, call.token_key)
         .arg(call.keep.map(ms).unwrap_or(0))
         .arg(call.field)
         .arg(ms(call.latch_ttl).max(1))

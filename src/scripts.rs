@@ -274,6 +274,16 @@ impl ScriptCall {
         self
     }
 
+    /// `key`, if `present`: a script's optional last key (a fenced lock's counter, which
+    /// a plain lock never names).
+    pub(crate) fn key_if(self, present: bool, key: impl AsRef<[u8]>) -> Self {
+        if present {
+            self.key(key)
+        } else {
+            self
+        }
+    }
+
     /// The key `<prefix>:{<name>}`, or `<prefix>:<name>:t` when `name` has a hash tag:
     /// one key per name even where `a` and `{a}` share Redisson's (the line and the
     /// turn, `raw::turns`), written without a `String` of its own.

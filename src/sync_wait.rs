@@ -95,7 +95,7 @@ where
     if matches!(until, Until::Once) {
         return Ok(None);
     }
-    let mut sub = inner.pubsub.subscribe(channel, None, &waiter_name());
+    let mut sub = inner.pubsub.subscribe(channel, false, &waiter_name());
     // A release between the first try and the subscription is covered by the try right
     // after the SUBSCRIBE is confirmed.
     let Some(bound) = sleep_bound(inner, hint, deadline) else {

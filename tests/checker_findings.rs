@@ -9,9 +9,7 @@ mod common;
 
 use common::RedisServer;
 use redis::Value;
-use redis_rlock::protocol::{
-    channel_name, clients_key, script_source, token_key, turn_key, turns_channel,
-};
+use redis_rlock::protocol::{channel_name, clients_key, script_source, turn_key};
 
 const LOCK: &str = "lock";
 
@@ -52,7 +50,6 @@ fn eval(s: &RedisServer, src: &str, keys: &[String], args: &[String]) -> Value {
 fn acquire(s: &RedisServer, c: usize, t: usize, lease_ms: u64, flags: &str, req: u32) -> Value {
     let keys = vec![
         LOCK.to_string(),
-        token_key(LOCK),
         format!("redisson_acquire_latch:{{{LOCK}}}:c{c}n{req}"),
         clients_key(LOCK),
         turn_key(LOCK),
@@ -68,23 +65,21 @@ fn unlock(s: &RedisServer, c: usize, t: usize, flags: &str, req: u32) -> Value {
         LOCK.to_string(),
         channel_name(LOCK),
         format!("redisson_unlock_latch:{{{LOCK}}}:c{c}n{req}"),
-        token_key(LOCK),
         clients_key(LOCK),
         turn_key(LOCK),
-        turns_channel(LOCK),
     ];
     let args = ["0", &field(c, t), "4000", "1", "", "0", "2000", flags];
     let src = script_source("unlock.lua").expect("unlock.lua");
     eval(s, src, &keys, &args.map(String::from))
 }
 
-/// Client c's subscriptions as the checker has them: the lock's channel and the turns
-/// channel. Kept while the returned connection lives.
+/// Client c's subscription as the checker has it: the lock's channel. Kept while the
+/// returned connection lives.
 fn listen(s: &RedisServer, c: usize) -> redis::Connection {
     let _ = c;
     let mut conn = s.conn();
     let mut cmd = redis::cmd("SUBSCRIBE");
-    cmd.arg(channel_name(LOCK)).arg(turns_channel(LOCK));
+    cmd.arg(channel_name(LOCK));
     cmd.exec(&mut conn).expect("SUBSCRIBE");
     conn
 }

@@ -80,7 +80,6 @@ async fn an_acl_without_time_and_pubsub_gets_published_releases() {
         "~redisson_*:{app:*",
         "resetchannels",
         "&redisson_lock__channel:*",
-        "&redisson_lock_turns:*",
     ];
     let commands = "+evalsha +eval +subscribe +unsubscribe +exists +hget +pttl +ping \
         +hexists +hincrby +hset +hdel +pexpire +del +publish +get +set +incr +type +lpos \

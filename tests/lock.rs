@@ -1058,9 +1058,9 @@ async fn an_uncontended_pair_runs_nine_commands_in_redis() {
     assert_eq!(per_pair, 9.0);
 }
 
-/// An ACL that grants the lock channels but not this crate's turns channels (written
-/// before they existed) costs the turn hints, not the wake-ups: a waiter of another
-/// client hears the unlock at once, not when the 30 s lease runs out.
+/// An ACL written for Redisson, which grants its lock channels and nothing else, serves
+/// this crate's waiters whole: turn messages travel on the lock's own channel. A waiter
+/// of another client hears the unlock at once, not when the 30 s lease runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_without_the_turns_channels_still_wakes_waiters() {
     let s = RedisServer::start();

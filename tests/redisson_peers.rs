@@ -214,9 +214,20 @@ fn redisson_waiter(s: &RedisServer, grants: &AtomicU64, run: Duration) -> PeerWa
                 waits.most_grants = waits.most_grants.max(most);
                 return waits;
             }
-            let nap = Duration::from_millis(ttl.max(1) as u64).min(left);
-            pubsub.set_read_timeout(Some(nap)).unwrap();
-            let _ = pubsub.get_message();
+            // Redisson's `LockPubSub` acts on `0` and `1` only: a turn message of this
+            // crate's on the channel wakes nobody.
+            let until = Instant::now() + Duration::from_millis(ttl.max(1) as u64).min(left);
+            while let Some(nap) = until
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+            {
+                pubsub.set_read_timeout(Some(nap)).unwrap();
+                match pubsub.get_message() {
+                    Ok(m) if matches!(m.get_payload::<String>().as_deref(), Ok("0" | "1")) => break,
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
         }
         waits.waited(since, grants_then, grants.load(Ordering::Relaxed));
         std::thread::sleep(Duration::from_millis(1));

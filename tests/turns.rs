@@ -179,8 +179,8 @@ async fn a_turn_used_past_its_window_costs_the_others_no_script_call() {
     });
     assert!(common::eventually(Duration::from_secs(2), || line(&s, "tn:long") == [b.id()]).await);
     let next = take_and_release(c.lock("tn:long"));
-    // Both hear the turns channel, and c's attempt after its subscription is answered.
-    let turns = redis_rlock::protocol::turns_channel("tn:long");
+    // Both hear the lock's channel, and c's attempt after its subscription is answered.
+    let turns = redis_rlock::protocol::channel_name("tn:long");
     assert!(
         common::eventually(Duration::from_secs(2), || line(&s, "tn:long")
             == [b.id(), c.id()]
@@ -454,8 +454,8 @@ async fn a_waiter_that_let_a_dead_clients_turn_pass_is_woken_when_it_ends() {
     for round in 0..3 {
         let held = a.lock("tn:lapse").lock().await.unwrap();
         let waiter = take_and_release(c.lock("tn:lapse"));
-        // c is in line and hears the turns channel; a dead client is put ahead of it.
-        let turns = redis_rlock::protocol::turns_channel("tn:lapse");
+        // c is in line and hears the lock's channel; a dead client is put ahead of it.
+        let turns = redis_rlock::protocol::channel_name("tn:lapse");
         assert!(
             common::eventually(Duration::from_secs(2), || line(&s, "tn:lapse") == [c.id()]
                 && s.numsub(&turns) == 1)

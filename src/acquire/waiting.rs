@@ -71,13 +71,13 @@ impl Target {
         match self.kind {
             Kind::Fair => {
                 let channel = raw::waiter_channel(&self.name, field).into();
-                pubsub.subscribe(&channel, None, &self.name)
+                pubsub.subscribe(&channel, false, &self.name)
             }
-            Kind::Plain if !self.inner().config.turn_window.is_zero() => {
-                let turns = raw::turns_channel(&self.name).into();
-                pubsub.subscribe(&self.channel, Some(&turns), &self.name)
+            Kind::Plain => {
+                let turns = !self.inner().config.turn_window.is_zero();
+                pubsub.subscribe(&self.channel, turns, &self.name)
             }
-            _ => pubsub.subscribe(&self.channel, None, &self.name),
+            _ => pubsub.subscribe(&self.channel, false, &self.name),
         }
     }
 }

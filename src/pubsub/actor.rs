@@ -221,27 +221,17 @@ async fn reconcile(
     Ok(())
 }
 
-/// Subscribes `channels`. Turns channels go in a call of their own, after the rest, and
-/// a refusal there is only logged: an ACL that grants the lock channels alone then
-/// costs the turn hints (every waiter wakes at each release), not the wake-ups.
+/// Subscribes `channels`.
 async fn subscribe(
     sink: &mut redis::aio::PubSubSink,
     channels: &[Arc<str>],
     response_timeout: Duration,
 ) -> Result<(), String> {
-    let (turns, locks): (Vec<&str>, Vec<&str>) = channels
-        .iter()
-        .map(|c| &**c)
-        .partition(|c| crate::raw::is_turns_channel(c));
-    if !locks.is_empty() {
-        timed(response_timeout, sink.subscribe(locks)).await?;
+    if channels.is_empty() {
+        return Ok(());
     }
-    if !turns.is_empty() {
-        if let Err(e) = timed(response_timeout, sink.subscribe(turns)).await {
-            tracing::debug!(error = %e, "turns channels not subscribed; every waiter wakes at each release");
-        }
-    }
-    Ok(())
+    let channels: Vec<&str> = channels.iter().map(|c| &**c).collect();
+    timed(response_timeout, sink.subscribe(channels)).await
 }
 
 async fn timed<F>(limit: Duration, fut: F) -> Result<(), String>

@@ -243,11 +243,6 @@ impl ClusterHub {
                     Ok(()) => {
                         self.subscribed.insert(ch.clone());
                     }
-                    // Only hints (see the single-server actor): not retried.
-                    Err(e) if crate::raw::is_turns_channel(&ch) => {
-                        tracing::debug!(channel = %ch, error = %e, "turns channel not subscribed");
-                        continue;
-                    }
                     Err(e) => {
                         tracing::warn!(channel = %ch, error = %e, "cluster subscribe failed; retrying");
                         self.retry.insert(ch.clone());

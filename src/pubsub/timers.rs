@@ -56,13 +56,13 @@ impl ChannelEntry {
 }
 
 impl HubShared {
-    /// A message on a lock's turns channel: a client's id (its turn has begun), or
-    /// `taken`, which earlier builds of this crate publish when a grant used a turn.
-    pub(super) fn on_turn(&self, entry: &Arc<ChannelEntry>, payload: &[u8]) {
+    /// A turn message on a lock's channel: the turn of the client numbered `client`
+    /// has begun.
+    pub(super) fn on_turn(&self, entry: &Arc<ChannelEntry>, client: u64) {
         let mut t = entry.turn.lock();
         t.gen += 1;
         t.lapsed = false;
-        if payload == self.me.as_bytes() || payload == b"taken" {
+        if Some(client) == self.me {
             t.suppress_until = None;
             t.lapse_pending = false;
             return;
@@ -143,10 +143,6 @@ impl HubShared {
                         Some(since) if entry.waiters() == 0 && now >= since + LINGER => {
                             channels.remove(&channel);
                             unsubscribe.push(channel);
-                            if let Some(turns) = &entry.turns {
-                                channels.remove(turns);
-                                unsubscribe.push(turns.clone());
-                            }
                         }
                         // Used and left again since: it lingers from the last leave.
                         Some(since) if entry.waiters() == 0 => {

@@ -79,7 +79,7 @@ pub(crate) async fn fair_leave(
         .arg(UNLOCK_MESSAGE)
         .arg(conn.publish_command())
         .arg(super::channel_name(name))
-        .arg(super::events_channel(name))
+        .arg(super::FORCE_UNLOCK_EVENT)
         .arg(ms(wait));
     super::one_or_zero(call, conn, name, "fair leave").await
 }

@@ -185,10 +185,10 @@ pub(crate) async fn force_release_rw(
         .call()
         .key(name)
         .key(channel)
-        .key(super::events_channel(name))
         .arg(mode)
         .arg(message)
-        .arg(conn.publish_command());
+        .arg(conn.publish_command())
+        .arg(super::FORCE_UNLOCK_EVENT);
     super::one_or_zero(call, conn, name, "force unlock").await
 }
 

@@ -46,24 +46,62 @@ fn a_name_and_its_braced_twin_have_their_own_line_and_turn() {
         assert_eq!(channel_name(a), channel_name(b));
         assert_ne!(clients_key(a), clients_key(b));
         assert_ne!(turn_key(a), turn_key(b));
-        assert_ne!(turns_channel(a), turns_channel(b));
     }
     assert_eq!(clients_key("t3"), "redisson_lock_clients:{t3}");
     assert_eq!(clients_key("{t3}"), "redisson_lock_clients:{t3}:t");
     for name in ["t3", "{t3}", "orders{42}", "a{b"] {
         let slot = crate::slot::key_slot(name.as_bytes());
-        for key in [clients_key(name), turn_key(name), turns_channel(name)] {
+        for key in [clients_key(name), turn_key(name)] {
             assert_eq!(crate::slot::key_slot(key.as_bytes()), slot, "{key}");
         }
         let built = crate::scripts::ACQUIRE
             .call()
             .key_own(turns::CLIENTS, name)
             .key_own(turns::TURN, name)
-            .key_own(turns::TURNS, name)
             .keys_as_text();
-        assert_eq!(
-            built,
-            [clients_key(name), turn_key(name), turns_channel(name)]
+        assert_eq!(built, [clients_key(name), turn_key(name)]);
+    }
+}
+
+/// A turn message is an integer Redisson's subscribers ignore (neither `0` nor `1`), tells
+/// clients apart by their id's first 48 bits, and is never the force unlock's event.
+#[test]
+fn turn_messages_are_integers_of_their_own_range() {
+    let id = "5f90d60b-db4d-4f3a-a845-e19f55a73e88";
+    let m = turn_message(id).unwrap();
+    assert_eq!(m, ((1u64 << 48) + 0x5f90_d60b_db4d).to_string());
+    assert_eq!(
+        TurnMessage::of(m.as_bytes()),
+        TurnMessage::Turn(m.parse().unwrap())
+    );
+    assert_eq!(TurnMessage::number_of(id), Some(m.parse().unwrap()));
+    let other = turn_message("5f90d60b-db4e-4f3a-a845-e19f55a73e88").unwrap();
+    assert_ne!(m, other);
+    for low in [
+        "ffffffff-ffff-4fff-8fff-ffffffffffff",
+        "00000000-0000-4000-8000-000000000000",
+    ] {
+        let n: u64 = turn_message(low).unwrap().parse().unwrap();
+        assert!((1 << 48..1 << 49).contains(&n), "{n}");
+    }
+    for bad in [
+        "",
+        "5f90d60b",
+        "5f90d60b-db4",
+        "+f90d60b-db4d-4f3a",
+        "5f90d60g-db4d-4f3a",
+    ] {
+        assert_eq!(turn_message(bad), None, "{bad:?}");
+    }
+    for other in ["0", "1", FORCE_UNLOCK_EVENT, "taken", "562949953421312"] {
+        assert_ne!(TurnMessage::of(other.as_bytes()), TurnMessage::Turn(0));
+        assert!(
+            !matches!(TurnMessage::of(other.as_bytes()), TurnMessage::Turn(_)),
+            "{other}"
         );
     }
+    assert_eq!(
+        TurnMessage::of(FORCE_UNLOCK_EVENT.as_bytes()),
+        TurnMessage::ForceEvent
+    );
 }

@@ -27,7 +27,6 @@ fn own_key(prefix: &str, name: &str) -> String {
 
 pub(crate) const CLIENTS: &str = "redisson_lock_clients";
 pub(crate) const TURN: &str = "redisson_lock_turn";
-pub(crate) const TURNS: &str = "redisson_lock_turns";
 
 /// The client whose turn it is to take the lock `name` after a published release:
 /// `redisson_lock_turn:{<name>}` (`:t` after a name with its own tag, as
@@ -36,16 +35,53 @@ pub fn turn_key(name: &str) -> String {
     own_key(TURN, name)
 }
 
-/// This crate's channel on which a published release names the client whose turn it
-/// is, just before the unlock message: `redisson_lock_turns:{<name>}` (`:t` after a
-/// name with its own tag, as [`clients_key`]). Ours; Redisson never subscribes to it.
-pub fn turns_channel(name: &str) -> String {
-    own_key(TURNS, name)
+/// The message a published release sends on the lock's own channel, just before its
+/// unlock message, when it gives the client `client_id` the turn: 2^48 plus the number
+/// its first 12 hex digits spell (the uuid's first two groups), in decimal. An integer,
+/// because Redisson's subscribers decode every message on the channel as one and act
+/// only on `0` and `1`; at least 2^48, so it is never `0`, `1` or
+/// [`FORCE_UNLOCK_EVENT`](super::FORCE_UNLOCK_EVENT). `None` for an id that does not
+/// begin with 8 and 4 hex digits (no client of this crate has one). Two clients whose ids
+/// share those 48 bits would each take the other's turn for its own: a wasted attempt,
+/// never a grant.
+pub fn turn_message(client_id: &str) -> Option<String> {
+    let bits = client_id.get(..8)?.to_owned() + client_id.get(9..13)?;
+    let n = u64::from_str_radix(&bits, 16).ok()?;
+    (bits.len() == 12 && bits.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| (TURN_BASE + n).to_string())
 }
 
-/// Whether `channel` is a turns channel (see [`turns_channel`]).
-pub(crate) fn is_turns_channel(channel: &str) -> bool {
-    channel.starts_with("redisson_lock_turns:")
+const TURN_BASE: u64 = 1 << 48;
+
+/// What a message on a plain lock's channel is, to a client of this crate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TurnMessage {
+    /// A turn given to the client whose turn number this is (see [`turn_message`]).
+    Turn(u64),
+    /// The event a force unlock announces before its unlock message.
+    ForceEvent,
+    /// Anything else: an unlock message (`0`, `1`) or a message no unlock of ours sent.
+    Other,
+}
+
+impl TurnMessage {
+    pub(crate) fn of(payload: &[u8]) -> TurnMessage {
+        if payload == super::FORCE_UNLOCK_EVENT.as_bytes() {
+            return TurnMessage::ForceEvent;
+        }
+        let n = std::str::from_utf8(payload)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok());
+        match n {
+            Some(n) if (TURN_BASE..2 * TURN_BASE).contains(&n) => TurnMessage::Turn(n),
+            _ => TurnMessage::Other,
+        }
+    }
+
+    /// The turn number of `client_id`, as [`TurnMessage::Turn`] carries it.
+    pub(crate) fn number_of(client_id: &str) -> Option<u64> {
+        turn_message(client_id).and_then(|m| m.parse().ok())
+    }
 }
 
 /// Takes this client (`client_id`) out of the line for the lock `name`: its last waiter

@@ -15,7 +15,7 @@
 //! - A task that starts while others of its client sleep asks Redis anyway (the client
 //!   queues it behind them without asking: `Handover::behind`); no early subscription.
 //! - The client hears the lock's channel from its start to its end or crash,
-//!   subscribed at once; the turns channel's hints are ignored (a
+//!   subscribed at once; its turn messages are ignored as hints (a
 //!   waiter woken by "0" asks and meets `TurnBusy` instead of letting the "0" pass); an
 //!   unlock message wakes every sleeping task of the client; a turn-busy reply sleeps
 //!   for the turn's PTTL (`turn_covered` false).
@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use redis_rlock::policy::line::{grant_effect, Counted, Line};
 use redis_rlock::policy::run::{Next, Run, Terms};
-use redis_rlock::protocol::{channel_name, clients_key, token_key, turn_key, turns_channel};
+use redis_rlock::protocol::{channel_name, clients_key, turn_key};
 
 /// A message the client heard: only the lock's unlock message is modelled.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -142,19 +142,15 @@ impl Client {
         !self.done()
     }
 
-    /// Its channels beyond the lock's: the turns channel.
-    pub fn channels(&self) -> [String; 1] {
-        [turns_channel(LOCK)]
-    }
-
     pub fn crash(&mut self) {
         self.crashed = true;
         self.inbox.clear();
     }
 
     /// A message published on `channel`: kept if the client listens there.
-    pub fn hear(&mut self, channel: &str, _payload: &[u8]) {
-        if self.listening() && channel == channel_name(LOCK) {
+    /// A turn message (a large integer) is a hint the model leaves out.
+    pub fn hear(&mut self, channel: &str, payload: &[u8]) {
+        if self.listening() && channel == channel_name(LOCK) && is_unlock_message(payload) {
             self.inbox.push_back(Msg::Unlock);
         }
     }
@@ -273,13 +269,8 @@ fn attempt(w: &mut World, c: usize, t: usize, fate: Fate, rounds: u8, seq: Optio
     cl.requests += 1;
     let latch = format!("redisson_acquire_latch:{{{LOCK}}}:c{c}n{}", cl.requests);
     let lease = w.cfg.clients[c].lease;
-    let keys = vec![
-        LOCK.to_string(),
-        token_key(LOCK),
-        latch,
-        clients_key(LOCK),
-        turn_key(LOCK),
-    ];
+    // A plain lock names no token counter (`raw::acquire`).
+    let keys = vec![LOCK.to_string(), latch, clients_key(LOCK), turn_key(LOCK)];
     let args = vec![
         lease.to_string(),
         field(c, t),
@@ -434,10 +425,8 @@ pub fn release_keys(c: usize) -> Vec<String> {
         LOCK.to_string(),
         channel_name(LOCK),
         String::new(),
-        token_key(LOCK),
         clients_key(LOCK),
         turn_key(LOCK),
-        turns_channel(LOCK),
     ]
 }
 
@@ -493,4 +482,9 @@ fn line_letter(line: Line) -> &'static str {
         Line::Leave => "l",
         Line::Out => "",
     }
+}
+
+/// Redisson's two unlock messages, the only ones its subscribers act on.
+pub fn is_unlock_message(payload: &[u8]) -> bool {
+    payload == b"0" || payload == b"1"
 }

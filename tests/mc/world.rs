@@ -196,7 +196,7 @@ impl World {
         props::count_bypass(self, &before);
         for m in self.store.drain_outbox() {
             let channel = String::from_utf8_lossy(&m.channel).to_string();
-            if channel == self.lock_channel() {
+            if channel == self.lock_channel() && super::client::is_unlock_message(&m.payload) {
                 for a in self.redisson.iter_mut().filter(|a| a.subscribed()) {
                     a.pending += 1;
                 }
@@ -211,15 +211,10 @@ impl World {
     fn sync_subscribers(&mut self) {
         let mut subs = std::collections::BTreeMap::new();
         let lock = self.lock_channel().into_bytes();
-        let n = self.redisson.iter().filter(|a| a.subscribed()).count() as u64;
-        for c in self.clients.iter().filter(|c| c.listening()) {
-            *subs.entry(lock.clone()).or_insert(0) += 1;
-            for ch in c.channels() {
-                *subs.entry(ch.into_bytes()).or_insert(0) += 1;
-            }
-        }
+        let n = self.redisson.iter().filter(|a| a.subscribed()).count()
+            + self.clients.iter().filter(|c| c.listening()).count();
         if n > 0 {
-            *subs.entry(lock).or_insert(0) += n;
+            subs.insert(lock, n as u64);
         }
         self.store.subscribers = subs;
     }

@@ -5,8 +5,7 @@
 //! of the scripts reaches the store.
 
 use redis_rlock::protocol::{
-    channel_name, clients_key, events_channel, queue_key, timeout_key, token_key, turn_key,
-    turns_channel,
+    channel_name, clients_key, queue_key, timeout_key, token_key, turn_key, FORCE_UNLOCK_EVENT,
 };
 
 use super::compare::Shape;
@@ -93,12 +92,13 @@ fn acquire(r: &mut Rng) -> Call {
     let name = r.pick(&NAMES);
     let mut flags = letters(r, &[('f', 50), ('r', 20), ('F', 25), ('w', 70)]);
     flags += r.pick(&["k", "l", ""]);
+    let fenced = flags.contains('F');
     script!("acquire")
         .key(name)
-        .key(token_key(name))
-        .key(latch("redisson_acquire_latch", name, r))
+        .key(latch("redisson_unlock_latch", name, r))
         .key(clients_key(name))
         .key(turn_key(name))
+        .key_if(fenced, token_key(name))
         .arg(lease(r))
         .arg(field(r))
         .arg(latch_ttl(r))
@@ -121,10 +121,9 @@ fn unlock(r: &mut Rng, s: &Store) -> Call {
         .key(name)
         .key(channel_name(name))
         .key(latch("redisson_unlock_latch", name, r))
-        .key(token_key(name))
         .key(clients_key(name))
         .key(turn_key(name))
-        .key(turns_channel(name));
+        .key_if(flags.contains('F'), token_key(name));
     let holds = r.pick(&["1", "1", "2"]);
     let next = if r.chance(50) {
         field(r)
@@ -162,6 +161,7 @@ fn force_unlock(r: &mut Rng) -> Call {
         .key(channel_name(name))
         .arg("0")
         .arg(publish(r))
+        .arg(FORCE_UNLOCK_EVENT)
 }
 
 /// A key of the lock's written by someone else, with another type or a value that is
@@ -217,7 +217,7 @@ pub fn plain_step(r: &mut Rng, s: &Store) -> Step {
         Force => Step::Call(force_unlock(r)),
         Leave => Step::Call(command(&["lrem", &clients_key("a"), "0", r.pick(&CLIENTS)])),
         Toggle => {
-            let channels = vec![channel_name("a"), turns_channel("a")];
+            let channels = vec![channel_name("a")];
             toggle(r, &channels)
         }
         Sleep => Step::Sleep(r.pick(&[30, 70, 160])),
@@ -275,7 +275,7 @@ fn fair_leave(r: &mut Rng) -> Call {
         .arg("0")
         .arg(publish(r))
         .arg(channel_name(FAIR))
-        .arg(events_channel(FAIR))
+        .arg(FORCE_UNLOCK_EVENT)
         .arg(r.pick(&["80", "5000"]))
 }
 

@@ -116,6 +116,7 @@ fn force(r: &mut Rng) -> Call {
         .arg(mode)
         .arg(message)
         .arg(publish(r))
+        .arg(redis_rlock::protocol::FORCE_UNLOCK_EVENT)
 }
 
 /// The next step of the read-write lock's family.

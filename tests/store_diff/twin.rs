@@ -43,6 +43,15 @@ impl Call {
         self
     }
 
+    /// `k` if `present`, as the client's optional last key.
+    pub fn key_if(self, present: bool, k: impl AsRef<[u8]>) -> Call {
+        if present {
+            self.key(k)
+        } else {
+            self
+        }
+    }
+
     pub fn arg(mut self, a: impl AsRef<[u8]>) -> Call {
         self.args.push(a.as_ref().to_vec());
         self

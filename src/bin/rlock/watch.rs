@@ -3,7 +3,8 @@
 //! The lock is read every 100 ms, and its channels are heard in between. Two readings
 //! and the messages heard between them make one step, told as the events it holds:
 //! a release and the next grant are one hand-over; a delete that `force_unlock`
-//! announced on `rlock_events:{NAME}` is a force unlock; a holder gone with no unlock
+//! announced on the lock's channel (its event message before the unlock message) is a
+//! force unlock; a holder gone with no unlock
 //! message, while its TTL was about to run out, a lease that expired. Holders that left
 //! are always told before holders that came, so no two events read as an overlap.
 //!
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
-use redis_rlock::protocol::{channel_name, events_channel, rw_channel_name, FORCE_UNLOCK_EVENT};
+use redis_rlock::protocol::{channel_name, rw_channel_name, FORCE_UNLOCK_EVENT};
 use tokio::time::Instant;
 
 use crate::clients;
@@ -49,12 +50,8 @@ pub(crate) async fn watch(
     }
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
     let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
-    // Both kinds of channel (the lock's kind may change while it is watched), and ours.
-    let channels = [
-        channel_name(name),
-        rw_channel_name(name),
-        events_channel(name),
-    ];
+    // Both kinds of channel: the lock's kind may change while it is watched.
+    let channels = [channel_name(name), rw_channel_name(name)];
     pubsub
         .subscribe(&channels)
         .await
@@ -74,7 +71,7 @@ pub(crate) async fn watch(
         tokio::select! {
             m = messages.next() => {
                 if let Some(m) = m {
-                    hear(&mut heard, m.get_channel_name(), &channels[2], m.get_payload().ok());
+                    hear(&mut heard, m.get_payload().ok());
                 }
                 continue;
             }
@@ -90,12 +87,7 @@ pub(crate) async fn watch(
         let quiet = if w.holders_left(&last, &now) { 50 } else { 5 };
         let drain_until = Instant::now() + Duration::from_millis(quiet);
         while let Ok(Some(m)) = tokio::time::timeout_at(drain_until, messages.next()).await {
-            hear(
-                &mut heard,
-                m.get_channel_name(),
-                &channels[2],
-                m.get_payload().ok(),
-            );
+            hear(&mut heard, m.get_payload().ok());
         }
         // A message can come before the reading that shows its change: it is kept for
         // one more reading, no longer.
@@ -118,11 +110,13 @@ pub(crate) async fn watch(
     }
 }
 
-fn hear(heard: &mut Heard, channel: &str, events: &str, payload: Option<String>) {
-    if channel != events {
-        heard.releases += 1;
-    } else if payload.as_deref() == Some(FORCE_UNLOCK_EVENT) {
-        heard.forced = true;
+/// A message on the lock's channels: an unlock message (`0`, `1`), the force unlock's
+/// event, or a turn message (a large integer naming a client), which tells nothing here.
+fn hear(heard: &mut Heard, payload: Option<String>) {
+    match payload.as_deref() {
+        Some("0" | "1") => heard.releases += 1,
+        Some(FORCE_UNLOCK_EVENT) => heard.forced = true,
+        _ => {}
     }
 }
 

@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use redis_rlock::policy::wait::{sleep_bound, Waits};
-use redis_rlock::protocol::{channel_name, events_channel, queue_key, timeout_key};
+use redis_rlock::protocol::{channel_name, queue_key, timeout_key, FORCE_UNLOCK_EVENT};
 
 use super::{int, run, Fixed, Texts, World, EPOCH};
 use crate::checker::store::{Reply, Store, Value};
@@ -226,7 +226,7 @@ impl Fair {
             "0".into(),
             "publish".into(),
             channel_name(NAME),
-            events_channel(NAME),
+            FORCE_UNLOCK_EVENT.into(),
             self.cfg.wait.to_string(),
         ];
         self.script("fair_leave.lua", &keys(), &args);
