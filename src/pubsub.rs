@@ -32,6 +32,7 @@ use crate::connection::SentinelMaster;
 use crate::connection::{open_client, Conn};
 use crate::error::Result;
 use crate::hash::Seeded;
+use crate::raw::TurnMessage;
 use crate::stats::{Counters, Event};
 
 /// Shared state of one channel's local waiters.
@@ -425,13 +426,12 @@ impl HubShared {
         };
         let entry = self.channels.lock().get(channel).cloned();
         if let Some(entry) = entry {
-            if entry.turns {
-                match crate::raw::TurnMessage::of(payload) {
-                    crate::raw::TurnMessage::Turn(n) => return self.on_turn(&entry, n),
-                    // Its unlock message comes right behind it.
-                    crate::raw::TurnMessage::ForceEvent => return,
-                    crate::raw::TurnMessage::Other => {}
-                }
+            match TurnMessage::of(payload) {
+                // A turn is only a hint (a client with turns off has no use for it), and
+                // a force unlock's unlock message comes right behind its event.
+                TurnMessage::Turn(n) if entry.turns => return self.on_turn(&entry, n),
+                TurnMessage::Turn(_) | TurnMessage::ForceEvent => return,
+                TurnMessage::Other => {}
             }
             // Redisson's lock sends "0": one waiter per name may go. On a read-write
             // lock's channel every waiter tries: after a writer's "1" readers share, and
