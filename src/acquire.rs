@@ -201,18 +201,24 @@ impl Target {
         let mut step = match behind {
             Some(left) => Step::Sleep {
                 ttl: Some(left),
-                lease_ends: None,
+                lease_known: false,
             },
             None if subscribed_first => Step::Sleep {
                 ttl,
-                lease_ends: ttl.map(|t| Instant::now() + t),
+                lease_known: true,
             },
-            None => Step::Attempt,
+            None => Step::Attempt { adopt: false },
         };
         let outcome = loop {
             step = match step {
-                Step::Attempt => waiting.attempt().await,
-                Step::Sleep { ttl, lease_ends } => waiting.sleep(ttl, lease_ends).await,
+                Step::Attempt { adopt } => {
+                    waiting.adopt |= adopt;
+                    waiting.attempt().await
+                }
+                Step::Look => waiting.look().await,
+                Step::Sleep { ttl, lease_known } => waiting.sleep(ttl, lease_known).await,
+                // Carried out where the grant is known (`Waiting::sleep`).
+                Step::GiveBack => Step::Attempt { adopt: false },
                 Step::Done(outcome) => break outcome,
             };
         };

@@ -11,7 +11,10 @@
 //!   which terms, and when the run ends.
 //! - [`wait`](mod@wait): how long a waiting call sleeps before it asks again, with what the
 //!   family's waiters keep alive by asking (a fair lock's deadline, a read-write mark).
+//! - [`waiter`](mod@waiter): one waiting acquisition as one state ([`waiter::Step`]), and
+//!   what an attempt's answer, a sleep's end or a look at the lock makes it do next.
 
 pub mod line;
 pub mod run;
 pub mod wait;
+pub mod waiter;

@@ -8,13 +8,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attempt::Tried;
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::guard::LockGuard;
 use crate::handover::{Left, Waiter};
 use crate::identity::OwnerId;
 use crate::line::InLine;
+use crate::policy::waiter::{self, Answer, Pauses, Woken};
 use crate::pubsub::Subscription;
-use crate::queue::Woke;
+use crate::queue::{Grant, Woke};
 use crate::raw;
 use crate::release::release_detached;
 use crate::services::ClientInner;
@@ -30,19 +31,9 @@ pub(crate) enum Wait {
     Until(Option<Instant>),
 }
 
-/// Where a waiting acquisition stands.
-pub(super) enum Step {
-    /// Ask Redis.
-    Attempt,
-    /// Sleep until woken, offered the lock, or `ttl` (capped by the deadline) has
-    /// passed. `lease_ends`: when the holder's lease ends, as the last busy reply said.
-    Sleep {
-        ttl: Option<Duration>,
-        lease_ends: Option<Instant>,
-    },
-    /// Finished: the guard, out of time (`None`), or an error.
-    Done(Result<Option<LockGuard>>),
-}
+/// Where a waiting acquisition stands: the core's state (`policy::waiter`), holding the
+/// guard once it has the lock.
+pub(super) type Step = waiter::Step<LockGuard, Error>;
 
 /// What a waiting acquisition keeps from one step to the next.
 pub(super) struct Waiting<'a> {
@@ -104,16 +95,16 @@ impl Waiting<'_> {
                 self.line.counted(false),
             )
             .await;
-        match tried {
+        let answer = match tried {
             Ok(None) => {
                 tracing::debug!(waited = ?self.started.elapsed(), "wait ran out during an attempt");
-                Step::Done(Ok(None))
+                Answer::NoAnswer
             }
             Ok(Some(Tried::Held(guard))) => {
                 self.line.granted_by_redis = true;
                 self.sub.wake_used();
                 tracing::debug!(waited = ?self.started.elapsed(), "acquired after waiting");
-                Step::Done(Ok(Some(guard)))
+                Answer::Held(guard)
             }
             Ok(Some(answered)) => {
                 self.sub.wake_used();
@@ -122,63 +113,47 @@ impl Waiting<'_> {
                 match answered {
                     Tried::Busy(ttl) => {
                         self.line.busy();
-                        Step::Sleep {
-                            ttl,
-                            lease_ends: ttl.map(|t| Instant::now() + t),
-                        }
+                        Answer::Busy(ttl)
                     }
-                    // Given back already; try again as soon as the holder's lease allows.
-                    _ => Step::Sleep {
-                        ttl: Some(Duration::ZERO),
-                        lease_ends: None,
-                    },
+                    _ => Answer::Late,
                 }
             }
             Err(e) if e.is_transient() => {
                 // A waiter rides out a failover or reconnect: the lock it waits for is
                 // still there, on whichever node serves it next.
                 let since = *self.failing_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= target.inner().config.retry_window {
-                    return Step::Done(Err(e));
-                }
-                tracing::debug!(error = %e, "transient error while waiting; retrying");
-                let pause = Duration::from_millis(50)
-                    .max(since.elapsed() / 4)
-                    .min(Duration::from_millis(500));
-                Step::Sleep {
-                    ttl: Some(pause),
-                    lease_ends: None,
+                tracing::debug!(error = %e, "transient error while waiting");
+                Answer::Transient {
+                    error: e,
+                    failing_for: since.elapsed(),
                 }
             }
-            Err(e) => Step::Done(Err(e)),
-        }
+            Err(e) => Answer::Failed(e),
+        };
+        waiter::after_attempt(answer, target.inner().config.retry_window)
     }
 
     /// Woken by the end of another client's turn: that client may have used it and
     /// still hold the lock, and its release will be heard. One `PTTL` then stands in for
     /// an acquire, which every waiting client would otherwise send at each turn held
     /// longer than the window (`docs/protocol.md` 2.6).
-    async fn look(&mut self) -> Step {
+    pub(super) async fn look(&mut self) -> Step {
         let target = self.target;
-        match raw::lock_pttl(&target.inner().conn, &target.name).await {
-            Ok(-2) | Err(_) => Step::Attempt,
-            Ok(ms) => {
-                self.sub.wake_used();
-                let ttl = u64::try_from(ms).ok().map(Duration::from_millis);
-                Step::Sleep {
-                    ttl,
-                    lease_ends: ttl.map(|t| Instant::now() + t),
-                }
-            }
+        let pttl = raw::lock_pttl(&target.inner().conn, &target.name)
+            .await
+            .ok();
+        let step = waiter::after_look(pttl);
+        if matches!(step, Step::Sleep { .. }) {
+            self.sub.wake_used();
         }
+        step
     }
 
-    pub(super) async fn sleep(
-        &mut self,
-        ttl: Option<Duration>,
-        lease_ends: Option<Instant>,
-    ) -> Step {
+    /// Sleeps at most `ttl` (cut by the deadline); `lease_known`: `ttl` is the holder's
+    /// lease left, just read from Redis.
+    pub(super) async fn sleep(&mut self, ttl: Option<Duration>, lease_known: bool) -> Step {
         let target = self.target;
+        let lease_ends = ttl.filter(|_| lease_known).map(|t| Instant::now() + t);
         let Some(bound) = target.bound(ttl, self.deadline) else {
             tracing::debug!(waited = ?self.started.elapsed(), "wait ran out");
             return Step::Done(Ok(None));
@@ -192,7 +167,7 @@ impl Waiting<'_> {
             let began = Instant::now();
             Box::pin(table.settled(&target.name, &self.field, bound)).await;
             if table.in_flight(&target.name, &self.field) {
-                return Step::Attempt;
+                return Step::Attempt { adopt: false };
             }
             bound = bound.saturating_sub(began.elapsed());
         }
@@ -207,16 +182,15 @@ impl Waiting<'_> {
             Woke::Offered => {
                 // The unlock's reply settles it within the unlock's own timeouts, as long
                 // as its future is polled; past those, this task stops waiting.
-                let bound = target.inner().offer_bound();
                 let left = self
                     .deadline
                     .map(|d| d.saturating_duration_since(Instant::now()));
-                let limit = left.map_or(bound, |l| l.min(bound));
+                let (limit, ends) = waiter::offer_limit(left, target.inner().offer_bound());
                 match tokio::time::timeout(limit, self.queued.waiter.outcome()).await {
                     Ok(w) => w,
                     // Dropping `queued` leaves the offer to the unlocker, which releases
                     // the hold if it was granted.
-                    Err(_) if left.is_some_and(|l| l <= bound) => return Step::Done(Ok(None)),
+                    Err(_) if ends => return Step::Done(Ok(None)),
                     // Only when the unlock's future is not being polled: this task
                     // acquires on its own (see `Waiter::abandon_offer`), adopting the
                     // grant if it is there by now.
@@ -230,29 +204,46 @@ impl Waiting<'_> {
         };
         // Dropped once the grant is registered or given back, at the end of this step.
         let _taking = self.queued.waiter.take_mark();
+        let woken = self.woken(woke);
+        let pauses = Pauses {
+            backstop: target.inner().config.watchdog_timeout,
+            turn_window: target.inner().config.turn_window,
+        };
+        match waiter::after_wake(woken, pauses) {
+            waiter::Step::GiveBack => {
+                release_detached(target.inner().clone(), target.hold(&self.field));
+                Step::Attempt { adopt: false }
+            }
+            step => step.map_held(|grant| {
+                tracing::debug!(waited = ?self.started.elapsed(), token = grant.token, "lock handed over");
+                target.held(
+                    target.hold(&self.field),
+                    self.owner,
+                    self.lease,
+                    grant.sent,
+                    grant.token,
+                )
+            }),
+        }
+    }
+
+    /// What woke the sleep, in the core's terms.
+    fn woken(&mut self, woke: Woke) -> Woken<Grant, Error> {
+        let target = self.target;
+        let inner = target.inner();
         let grant = match woke {
             Woke::Granted(g) => g,
-            Woke::Unsure => {
-                self.adopt = true;
-                return Step::Attempt;
+            Woke::Unsure => return Woken::Unsure,
+            Woke::Free => {
+                return Woken::Free {
+                    lapse: self.sub.woken_by_lapse(),
+                }
             }
-            Woke::Free if self.sub.woken_by_lapse() => return self.look().await,
-            Woke::Free | Woke::Offered => return Step::Attempt,
-            // Another client's turn came first; this client's own turn, or a hand-over
-            // from it, wakes this task. Where the client heard that turn announced, its
-            // lapse wakes the task too, and the bound is only a backstop; otherwise the
-            // task asks again once the turn is over, as after a busy answer for a turn.
+            Woke::Offered => return Woken::Free { lapse: false },
             Woke::Passed => {
-                let inner = target.inner();
-                let covered = inner.pubsub.turn_covered(&target.channel);
-                return Step::Sleep {
-                    ttl: Some(if covered {
-                        inner.config.watchdog_timeout
-                    } else {
-                        inner.config.turn_window
-                    }),
-                    lease_ends: None,
-                };
+                return Woken::Passed {
+                    covered: inner.pubsub.turn_covered(&target.channel),
+                }
             }
         };
         self.sub.wake_used();
@@ -265,37 +256,27 @@ impl Waiting<'_> {
             // retry either: another call of the same owner may hold the field by then.
             // Should the give-back fail, the hold it leaves ends with its lease.
             tracing::warn!(lock = %target.name, "no replica acknowledged a hand-over; given back");
-            release_detached(target.inner().clone(), target.hold(&self.field));
-            return Step::Attempt;
+        } else {
+            inner.stats.count(Event::HandedOver(grant.sent.elapsed()));
         }
-        target
-            .inner()
-            .stats
-            .count(Event::HandedOver(grant.sent.elapsed()));
-        let granted = self.lease.unwrap_or(target.inner().config.watchdog_timeout);
-        if grant.sent + granted <= Instant::now() {
-            // As for an acquire answered too late: a guard would be lost on arrival. The
-            // hold is given back and the wait goes on.
+        let granted = self.lease.unwrap_or(inner.config.watchdog_timeout);
+        let late = grant.sent + granted <= Instant::now();
+        if late && !grant.unacked {
+            // As for an acquire answered too late: a guard would be lost on arrival.
             tracing::debug!(
                 token = grant.token,
                 "hand-over arrived after its lease ran out"
             );
-            release_detached(target.inner().clone(), target.hold(&self.field));
-            return Step::Attempt;
         }
-        if target.inner().closed.is_set() {
-            // The client shut down after the grant was handed over: shutdown released
-            // the field whole, this grant with it.
-            return Step::Done(Err(Error::Closed));
+        // The client shut down after the grant was handed over: shutdown released the
+        // field whole, this grant with it.
+        let closed = inner.closed.is_set().then_some(Error::Closed);
+        Woken::Handed {
+            unacked: grant.unacked,
+            late,
+            closed,
+            hold: grant,
         }
-        tracing::debug!(waited = ?self.started.elapsed(), token = grant.token, "lock handed over");
-        Step::Done(Ok(Some(target.held(
-            target.hold(&self.field),
-            self.owner,
-            self.lease,
-            grant.sent,
-            grant.token,
-        ))))
     }
 }
 

@@ -6,8 +6,11 @@ use super::client::{id, Phase, Task};
 use super::world::{World, LOCK};
 use crate::checker::store::Reply;
 use redis_rlock::policy::run::{Settled, Terms};
+use redis_rlock::policy::wait::{sleep_bound, Waits};
+use redis_rlock::policy::waiter::{self, Answer, Pauses, Step, Woken};
 use redis_rlock::protocol::clients_key;
 use std::rc::Rc;
+use std::time::Duration;
 
 thread_local! {
     // `LREM <line> 0 <client id>`, the plain command `raw::leave_line` sends.
@@ -57,25 +60,67 @@ pub fn acquire(w: &mut World, c: usize, t: usize, reply: Reply, rounds: u8, seq:
         Reply::Array(items) => items,
         other => panic!("acquire.lua answered {other:?}"),
     };
-    match items.as_slice() {
-        [Reply::Int(1), ..] => {
+    // The client's own decision on the answer (`policy::waiter`), at model lengths.
+    let (answer, turn) = match items.as_slice() {
+        [Reply::Int(1), ..] => (Answer::Held(()), false),
+        [Reply::Int(0), Reply::Int(pttl), rest @ ..] => {
+            let ttl = u64::try_from(*pttl).ok().map(Duration::from_millis);
+            (Answer::Busy(ttl), !rest.is_empty())
+        }
+        other => panic!("acquire.lua answered {other:?}"),
+    };
+    match waiter::after_attempt::<(), ()>(answer, Duration::from_millis(RETRY_WINDOW_MS)) {
+        Step::Done(Ok(Some(()))) => {
             hold(w, c, t, now + lease, rounds, true);
             format!(": holds until {} ms", now + lease - super::world::EPOCH)
         }
-        [Reply::Int(0), Reply::Int(pttl), rest @ ..] => {
+        Step::Sleep { ttl, .. } => {
             let task = &mut w.clients[c].tasks[t];
             task.busy_before = true;
-            let wake = now + (*pttl).max(1) as u64;
+            let wake = now
+                + ms(sleep_bound(
+                    Waits::Plain,
+                    ttl,
+                    Duration::from_millis(BACKSTOP_MS),
+                ));
             sleep(task, wake, seq, rounds);
-            let why = if rest.is_empty() {
-                "busy"
-            } else {
+            let why = if turn {
                 "another client's turn"
+            } else {
+                "busy"
             };
             format!(": {why}, sleeps until {} ms", wake - super::world::EPOCH)
         }
-        other => panic!("acquire.lua answered {other:?}"),
+        step => panic!("an answered attempt came to {step:?}"),
     }
+}
+
+/// Longer than any model run: a transient error is not modelled, nor a key without
+/// expiry.
+const RETRY_WINDOW_MS: u64 = 1_000_000;
+const BACKSTOP_MS: u64 = 1_000_000;
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// What a waiter offered the lock makes of the unlock's outcome (`policy::waiter`).
+fn woken(w: &World, outcome: &str, sent: u64, lease: u64) -> Step<(), ()> {
+    let woken = match outcome {
+        "handed over" => Woken::Handed {
+            hold: (),
+            unacked: false,
+            late: sent + lease <= w.now(),
+            closed: None,
+        },
+        "gave way" => Woken::Passed { covered: false },
+        _ => Woken::Free { lapse: false },
+    };
+    let pauses = Pauses {
+        backstop: Duration::from_millis(BACKSTOP_MS),
+        turn_window: Duration::from_millis(w.cfg.turn_window),
+    };
+    waiter::after_wake(woken, pauses)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -114,8 +159,10 @@ pub fn release(
         },
     );
     let still_sleeping = matches!(cl.tasks[n].phase, Phase::Sleeping { .. });
-    match outcome {
-        "handed over" if still_sleeping => {
+    let step = woken(w, outcome, sent, lease);
+    let cl = &mut w.clients[c];
+    match (outcome, step) {
+        ("handed over", Step::Done(Ok(Some(())))) if still_sleeping => {
             let rounds = match cl.tasks[n].phase {
                 Phase::Sleeping { rounds, .. } => rounds,
                 _ => 1,
@@ -124,12 +171,12 @@ pub fn release(
             format!(": handed over to t{n}")
         }
         // The waiter left meanwhile: the hold goes back.
-        "handed over" => format!(
+        ("handed over", _) => format!(
             ": handed over to t{n}, who holds already{}",
             give_back(w, c, n)
         ),
-        "gave way" => {
-            let window = w.cfg.turn_window;
+        (_, Step::Sleep { ttl, .. }) => {
+            let now = w.store.now_ms;
             let task = &mut cl.tasks[n];
             if let Phase::Sleeping {
                 wake,
@@ -140,11 +187,11 @@ pub fn release(
             {
                 *offered = false;
                 *woken = false;
-                *wake = w.store.now_ms + window;
+                *wake = now + ttl.map_or(BACKSTOP_MS, ms);
             }
             format!(": gave way; t{n} sleeps on")
         }
-        _ => {
+        (_, Step::Attempt { .. }) => {
             // Withdrawn: the offered waiter asks Redis itself.
             if let Phase::Sleeping { offered, woken, .. } = &mut cl.tasks[n].phase {
                 *offered = false;
@@ -152,6 +199,7 @@ pub fn release(
             }
             format!(": {outcome}; offer to t{n} withdrawn")
         }
+        (_, step) => panic!("an offer's outcome came to {step:?}"),
     }
 }
 
