@@ -26,7 +26,8 @@
 -- Returns {1, token, latched} when the caller now holds the lock; for a fenced lock the
 -- token is larger than every token issued before for this name, for a plain one it is 0.
 -- latched is 1 when the latch was written (the client deletes it once the request has
--- its answer). Returns {0, pttl} when someone else holds it, or {0, pttl, 1} when it is
+-- its answer). A plain lock's fresh first grant, {1, 0, 0}, is sent as nil instead: the
+-- common reply, and a table costs the server about as much as a command to build and send. Returns {0, pttl} when someone else holds it, or {0, pttl, 1} when it is
 -- free but it is another client's turn (then the PTTL is the turn's); the PTTL bounds how
 -- long a waiter sleeps. With turns on, a client whose caller waits joins KEYS[4] once when it finds the
 -- lock busy, and a first grant takes it out again.
@@ -140,6 +141,9 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     -- A first grant to a client that held nothing is recognised on retry by its field;
     -- anything else (a re-entry) could not be told from an earlier hold, so it is latched.
     if fresh and knows_none then
+        if token == 0 then
+            return nil
+        end
         return {1, token, 0}
     end
     redis.call('set', KEYS[3], token, 'px', ARGV[3])
