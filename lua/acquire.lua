@@ -28,17 +28,19 @@
 -- Returns {1, token, latched} when the caller now holds the lock; for a fenced lock the
 -- token is larger than every token issued before for this name, for a plain one it is 0.
 -- latched is 1 when the latch was written (the client deletes it once the request has
--- its answer). Returns {0, pttl} when someone else holds it, or {0, pttl, 1} when it is
--- free but it is another client's turn (then the PTTL is the turn's); the PTTL bounds how
--- long a waiter sleeps. With turns on, a client whose caller waits joins KEYS[3] once when it finds the
--- lock busy, and a first grant takes it out again.
+-- its answer). A plain lock's fresh first grant, {1, 0, 0}, is sent as nil instead: the
+-- common reply, and a table costs the server about as much as a command to build and
+-- send. Returns {0, pttl} when someone else holds it, or {0, pttl, 1} when it is free but
+-- it is another client's turn (then the PTTL is the turn's); the PTTL bounds how long a
+-- waiter sleeps. With turns on, a client whose caller waits joins KEYS[3] once when it
+-- finds the lock busy, and a first grant takes it out again.
 local flags = ARGV[5]
-local function flag(letter)
-    return string.find(flags, letter, 1, true) ~= nil
-end
-local knows_none = flag('f')
-local fenced = flag('F')
-local line = flag('k') and 'keep' or (flag('l') and 'leave' or '')
+-- Each flag read by a direct call: a call of a Lua helper per flag cost the server more
+-- than the search itself.
+local find = string.find
+local knows_none = find(flags, 'f', 1, true) ~= nil
+local fenced = find(flags, 'F', 1, true) ~= nil
+local line = find(flags, 'k', 1, true) and 'keep' or (find(flags, 'l', 1, true) and 'leave' or '')
 -- The lease counted from now, a longer TTL kept. Always a write, even where it keeps the
 -- TTL: it makes the WAIT after this call (replica sync), which counts only this
 -- connection's writes, cover the first send's grant too, sent maybe on another
@@ -47,7 +49,7 @@ local function lease_from_now()
     local ttl = math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))
     redis.call('pexpire', KEYS[1], string.format('%d', ttl))
 end
-if flag('r') then
+if find(flags, 'r', 1, true) then
     local granted = redis.call('get', KEYS[2])
     -- The first send granted, and the hold is still there: the lease is counted from
     -- now, as the client counts it from this send. A hold gone since (expired) is not
@@ -81,7 +83,7 @@ if knows_none and not fresh and redis.call('hexists', KEYS[1], ARGV[2]) == 1 the
     return {1, token, 0}
 end
 local turns = tonumber(ARGV[4] or '0') > 0
-local waits = flag('w')
+local waits = find(flags, 'w', 1, true) ~= nil
 local me = string.sub(ARGV[2], 1, 36)
 -- A TTL of at least ms: a place is never cut short by a waiter whose own lease is
 -- shorter than another's, and a key made anew (by RPUSH after LPOP) gets one.
@@ -142,6 +144,9 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     -- A first grant to a client that held nothing is recognised on retry by its field;
     -- anything else (a re-entry) could not be told from an earlier hold, so it is latched.
     if fresh and knows_none then
+        if token == 0 then
+            return nil
+        end
         return {1, token, 0}
     end
     redis.call('set', KEYS[2], token, 'px', ARGV[3])

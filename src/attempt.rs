@@ -93,7 +93,7 @@ impl Target {
             // The field stays in flight until the outcome is settled: through an undo
             // of the grant too, in the background if the caller left.
             let outcome = async move {
-                let latch = raw::acquire_latch_key(&hold.name, &raw::request_id());
+                let latch = raw::fresh_acquire_latch_key(&hold.name);
                 let mut call = raw::AcquireCall {
                     name: &hold.name,
                     token_key: &hold.token_key,

@@ -120,14 +120,6 @@ pub(crate) fn latch_key(name: &str, request_id: &str) -> String {
     suffixed(prefixed(LATCH, name), request_id)
 }
 
-/// The latch that makes one acquire request idempotent. It shares the unlock latches'
-/// name (`redisson_unlock_latch:{<name>}:<request id>`): every request draws an id of its
-/// own, and ours hold a `-` that Redisson's hex ids never do, so no two latches meet,
-/// and a lock costs one latch name in Redis, not two.
-pub(crate) fn acquire_latch_key(name: &str, request_id: &str) -> String {
-    latch_key(name, request_id)
-}
-
 const LATCH: &str = "redisson_unlock_latch";
 
 fn suffixed(mut key: String, request_id: &str) -> String {
@@ -136,23 +128,45 @@ fn suffixed(mut key: String, request_id: &str) -> String {
     key
 }
 
+/// [`latch_key`] with a fresh request id, written in place (one allocation per call,
+/// not two).
+pub(crate) fn fresh_latch_key(name: &str) -> String {
+    let mut key = prefixed(LATCH, name);
+    key.push(':');
+    push_request_id(&mut key);
+    key
+}
+
+/// The latch that makes one acquire request idempotent, with a fresh request id. It
+/// shares the unlock latches' name (`redisson_unlock_latch:{<name>}:<request id>`):
+/// every request draws an id of its own, and ours hold a `-` that Redisson's hex ids
+/// never do, so no two latches meet, and a lock costs one latch name in Redis, not two.
+pub(crate) fn fresh_acquire_latch_key(name: &str) -> String {
+    fresh_latch_key(name)
+}
+
 /// A fresh request id, unique across processes: a random prefix drawn once per process,
 /// then a counter, so that no request pays for drawing randomness of its own.
 pub(crate) fn request_id() -> String {
+    let mut id = String::with_capacity(32 + 17);
+    push_request_id(&mut id);
+    id
+}
+
+/// Appends a fresh [`request_id`] to `to`.
+fn push_request_id(to: &mut String) {
     static PREFIX: once_cell::sync::Lazy<String> =
         once_cell::sync::Lazy::new(|| uuid::Uuid::new_v4().simple().to_string());
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // By hand: one of these is made per call, and `format!` cost more than the rest of it.
-    let mut id = String::with_capacity(PREFIX.len() + 17);
-    id.push_str(&PREFIX);
-    id.push('-');
+    to.push_str(&PREFIX);
+    to.push('-');
     let digits = (64 - (n | 1).leading_zeros()).div_ceil(4);
     for i in (0..digits).rev() {
         let d = ((n >> (4 * i)) & 0xf) as u32;
-        id.push(char::from_digit(d, 16).expect("a hex digit"));
+        to.push(char::from_digit(d, 16).expect("a hex digit"));
     }
-    id
 }
 
 /// Outcome of one acquire attempt.

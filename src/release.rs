@@ -226,7 +226,7 @@ async fn send_release(
 ) -> Result<Release> {
     let terms = offer.as_ref().map_or(Terms::Outright, |o| o.terms);
     let sent = Instant::now();
-    let latch = raw::latch_key(&hold.name, &raw::request_id());
+    let latch = raw::fresh_latch_key(&hold.name);
     let mut call = ReleaseCall {
         name: &hold.name,
         channel: &hold.channel,

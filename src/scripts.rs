@@ -51,10 +51,9 @@ macro_rules! shaped {
 
 /// The acquire script (`lua/acquire.lua`).
 pub(crate) static ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(
-        shaped!("acquire.lua"),
-        |v| matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1)))),
-    )
+    LuaScript::new(shaped!("acquire.lua"), |v| {
+        *v == Value::Nil || matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1))))
+    })
 });
 /// The unlock script (`lua/unlock.lua`).
 pub(crate) static UNLOCK: Lazy<LuaScript> =

@@ -85,7 +85,8 @@ fn listen(s: &RedisServer, c: usize) -> redis::Connection {
 }
 
 fn granted(v: &Value) -> bool {
-    matches!(v, Value::Array(items) if items.first() == Some(&Value::Int(1)))
+    // nil: a plain lock's fresh first grant.
+    *v == Value::Nil || matches!(v, Value::Array(items) if items.first() == Some(&Value::Int(1)))
 }
 
 fn busy(v: &Value) -> bool {

@@ -169,3 +169,40 @@ async fn a_client_over_an_existing_redis_client_locks_and_wakes_waiters() {
     assert!(waited < Duration::from_secs(3), "{waited:?}");
     g.unlock().await.unwrap();
 }
+
+/// The holder field is the client's id and the owner (a write lock's with `:write`),
+/// whichever client, kind and owner the same thread asked for last: the client keeps the
+/// last field it made on a thread and reuses it only for the same client, owner and kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_fields_follow_the_client_the_owner_and_the_kind() {
+    let s = RedisServer::start();
+    let (a, b) = (client(&s).await, client(&s).await);
+    let rw = a.read_write_lock("fields-rw");
+    let steps = [
+        (a.lock("fields-a"), a.id(), ""),
+        (b.lock("fields-a"), b.id(), ""),
+        (rw.write(), a.id(), ":write"),
+        (rw.read(), a.id(), ""),
+        (a.lock("fields-b"), a.id(), ""),
+        (a.lock("fields-b"), a.id(), ""),
+    ];
+    for (lock, id, suffix) in &steps {
+        for scoped in [false, true, false] {
+            let take = async {
+                let g = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
+                assert_eq!(
+                    g.holder_field(),
+                    format!("{id}:{}{suffix}", OwnerId::current())
+                );
+                let held: Option<i64> = s.cmd(&["HGET", lock.name(), g.holder_field()]);
+                assert_eq!(held, Some(1), "{}", g.holder_field());
+                g.unlock().await.unwrap();
+            };
+            if scoped {
+                OwnerId::scope(take).await;
+            } else {
+                take.await;
+            }
+        }
+    }
+}

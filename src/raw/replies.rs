@@ -5,7 +5,7 @@ use redis::{FromRedisValue, ParsingError, Value};
 
 /// The acquire script's reply, as Redis sent it.
 pub(super) enum AcquireReply {
-    /// `{1, token, latched}`.
+    /// `{1, token, latched}`, or nil for a plain lock's fresh first grant (`{1, 0, 0}`).
     Granted { token: i64, latched: bool },
     /// `{0, pttl}`.
     Busy(i64),
@@ -16,6 +16,7 @@ pub(super) enum AcquireReply {
 impl FromRedisValue for AcquireReply {
     fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
         let (kind, n, latched): (i64, i64, Option<i64>) = match v {
+            Value::Nil => (1, 0, Some(0)),
             Value::Array(items) if (2..=3).contains(&items.len()) => {
                 let mut items = items.into_iter();
                 let mut next = || items.next().map(i64::from_redis_value).transpose();

@@ -19,6 +19,24 @@ fn request_ids_are_the_prefix_and_a_hex_count() {
 }
 
 #[test]
+fn fresh_latches_are_the_prefix_the_name_and_a_request_id() {
+    for (name, tagged) in [("orders:42", "{orders:42}"), ("{u1}:cart", "{u1}:cart")] {
+        for (key, prefix) in [
+            (fresh_latch_key(name), "redisson_unlock_latch"),
+            (fresh_acquire_latch_key(name), "redisson_unlock_latch"),
+        ] {
+            let (head, id) = key.rsplit_once(':').unwrap();
+            assert_eq!(head, format!("{prefix}:{tagged}"));
+            let (pid, n) = id.split_once('-').unwrap();
+            assert_eq!(pid.len(), 32, "{key}");
+            assert!(u64::from_str_radix(n, 16).is_ok(), "{key}");
+        }
+    }
+    assert_ne!(fresh_latch_key("a"), fresh_latch_key("a"));
+    assert_ne!(fresh_acquire_latch_key("a"), fresh_latch_key("a"));
+}
+
+#[test]
 fn channel_follows_redisson_layout() {
     assert_eq!(
         channel_name("orders:42"),

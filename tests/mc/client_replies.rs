@@ -58,6 +58,8 @@ pub fn acquire(w: &mut World, c: usize, t: usize, reply: Reply, rounds: u8, seq:
     let lease = w.cfg.clients[c].lease;
     let items = match reply {
         Reply::Array(items) => items,
+        // A plain lock's fresh first grant.
+        Reply::Nil => vec![Reply::Int(1), Reply::Int(0), Reply::Int(0)],
         other => panic!("acquire.lua answered {other:?}"),
     };
     // The client's own decision on the answer (`policy::waiter`), at model lengths.

@@ -1,0 +1,193 @@
+//! Uncontended lock + unlock pairs, counted for instruction profiles (issue 24's W1).
+//!
+//! Runs `RLOCK_PAIRS_N` pairs (1,000 by default) of one library on one name, one task,
+//! on the runtime W1 uses (`#[tokio::main]`: multi-thread, a worker per core), after
+//! `RLOCK_PAIRS_WARM` pairs (100) of warm-up. `RLOCK_PAIRS_LIB` is `ours` or `floor`
+//! (Redisson's own acquire and unlock scripts by raw `EVALSHA`, as in
+//! `benches/shapes.rs`). Meant to run under `valgrind --tool=callgrind`, twice with two
+//! counts: the difference over the difference in pairs is the cost of one pair, without
+//! setup. Prints the server's `evalsha` `usec_per_call` and calls.
+//!
+//!     cargo bench --bench pairs --no-run
+//!     RLOCK_PAIRS_LIB=ours valgrind --tool=callgrind target/release/deps/pairs-* --bench
+//!
+//! Uses `REDIS_URL` when set; otherwise starts a redis-server on a free loopback port.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+#[path = "../tests/common/redisson_rlock.rs"]
+mod redisson_rlock;
+#[path = "common/server.rs"]
+mod server;
+use redisson_rlock::{ACQUIRE as REDISSON_ACQUIRE, UNLOCK as REDISSON_UNLOCK};
+
+const LEASE: Duration = Duration::from_secs(10);
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn ours(url: &str, warm: u64, n: u64) {
+    let client = redis_rlock::Client::builder(url).build().await.unwrap();
+    let lock = client.lock("pairs:0");
+    for _ in 0..warm {
+        lock.lock_with_lease(LEASE)
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+    }
+    for _ in 0..n {
+        lock.lock_with_lease(LEASE)
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+    }
+    client.shutdown().await.unwrap();
+}
+
+async fn floor(url: &str, warm: u64, n: u64) {
+    let mut conn = ConnectionManager::new(redis::Client::open(url).unwrap())
+        .await
+        .unwrap();
+    let acquire = redis::Script::new(REDISSON_ACQUIRE);
+    let unlock = redis::Script::new(REDISSON_UNLOCK);
+    let name = "pairs:0".to_string();
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let field = "6f1b9c0e-5d8a-4c52-9a4e-3f7d2b1c8e90:0".to_string();
+    for i in 0..warm + n {
+        let r: Option<i64> = acquire
+            .key(&name)
+            .arg(LEASE.as_millis() as u64)
+            .arg(&*field)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(r.is_none(), "uncontended");
+        let latch = format!("redisson_unlock_latch:{{{name}}}:{field}{i:016x}");
+        let _: Option<i64> = unlock
+            .key(&name)
+            .key(&channel)
+            .key(&latch)
+            .arg(0)
+            .arg(LEASE.as_millis() as u64)
+            .arg(&*field)
+            .arg("PUBLISH")
+            .arg(20_000)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+/// This crate's scripts as files given by `RLOCK_PAIRS_ACQUIRE` and `RLOCK_PAIRS_UNLOCK`
+/// (the full text sent, prelude included), by raw `EVALSHA` with the keys and arguments
+/// the client sends on the uncontended path: for trying script variants.
+async fn scripts(url: &str, warm: u64, n: u64) {
+    let mut conn = ConnectionManager::new(redis::Client::open(url).unwrap())
+        .await
+        .unwrap();
+    let read = |var: &str| std::fs::read_to_string(std::env::var(var).unwrap()).unwrap();
+    let acquire = redis::Script::new(&read("RLOCK_PAIRS_ACQUIRE"));
+    let unlock = redis::Script::new(&read("RLOCK_PAIRS_UNLOCK"));
+    let name = "pairs:0";
+    let field = "6f1b9c0e-5d8a-4c52-9a4e-3f7d2b1c8e90:thread-1";
+    let prefix = "aeeb9a660b464c23a875c38df519f58f";
+    for i in 0..warm + n {
+        let r: redis::Value = acquire
+            .key(name)
+            .key(format!(
+                "redisson_unlock_latch:{{{name}}}:{prefix}-{:x}",
+                2 * i
+            ))
+            .key(format!("redisson_lock_clients:{{{name}}}"))
+            .key(format!("redisson_lock_turn:{{{name}}}"))
+            .arg(LEASE.as_millis() as u64)
+            .arg(field)
+            .arg(32_000)
+            .arg(10)
+            .arg("fw")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            matches!(&r, redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(1)))
+                || r == redis::Value::Nil,
+            "{r:?}"
+        );
+        let r: redis::Value = unlock
+            .key(name)
+            .key(format!("redisson_lock__channel:{{{name}}}"))
+            .key(format!(
+                "redisson_unlock_latch:{{{name}}}:{prefix}-{:x}",
+                2 * i + 1
+            ))
+            .key(format!("redisson_lock_clients:{{{name}}}"))
+            .key(format!("redisson_lock_turn:{{{name}}}"))
+            .arg(0)
+            .arg(field)
+            .arg(600_000)
+            .arg(1)
+            .arg("")
+            .arg(0)
+            .arg(10)
+            .arg("")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(r, redis::Value::Int(1));
+    }
+}
+
+async fn evalsha(url: &str) -> (u64, f64) {
+    let mut c = ConnectionManager::new(redis::Client::open(url).unwrap())
+        .await
+        .unwrap();
+    let text: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    for line in text.lines() {
+        if let Some(stats) = line.strip_prefix("cmdstat_evalsha:") {
+            let get = |k: &str| {
+                stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(k))
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            return (get("calls=") as u64, get("usec_per_call="));
+        }
+    }
+    (0, 0.0)
+}
+
+#[tokio::main]
+async fn main() {
+    let (url, _server) = server::start_server();
+    let lib = std::env::var("RLOCK_PAIRS_LIB").unwrap_or_else(|_| "ours".into());
+    let warm = env_u64("RLOCK_PAIRS_WARM", 100);
+    let n = env_u64("RLOCK_PAIRS_N", 1_000);
+    let started = std::time::Instant::now();
+    match lib.as_str() {
+        "floor" => floor(&url, warm, n).await,
+        "scripts" => scripts(&url, warm, n).await,
+        _ => ours(&url, warm, n).await,
+    }
+    let took = started.elapsed();
+    let (calls, usec) = evalsha(&url).await;
+    println!(
+        "{lib}: {} pairs in {:?}; evalsha calls {calls}, usec_per_call {usec}",
+        warm + n,
+        took
+    );
+}
