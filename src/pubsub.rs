@@ -426,7 +426,14 @@ impl HubShared {
         };
         let entry = self.channels.lock().get(channel).cloned();
         if let Some(entry) = entry {
-            match TurnMessage::of(payload) {
+            // Only a lock's channels carry turn messages and force-unlock events. A
+            // semaphore's carries its new count, which may be any number: read as one of
+            // those, a count of 2^48 - 1 to 2^49 - 1 would wake none of its waiters.
+            let message = match crate::raw::is_lock_channel(channel) {
+                true => TurnMessage::of(payload),
+                false => TurnMessage::Other,
+            };
+            match message {
                 // A turn is only a hint (a client with turns off has no use for it), and
                 // a force unlock's unlock message comes right behind its event.
                 TurnMessage::Turn(n) if entry.turns => return self.on_turn(&entry, n),
