@@ -375,3 +375,114 @@ async fn a_semaphore_count_in_the_turn_range_wakes_its_waiters() {
         );
     }
 }
+
+/// On a cluster with sharded pub/sub, the turn message comes on the lock's sharded
+/// channel like its `0`: a waiter that lets a dead client's turn pass hears it there
+/// (the unlock message is counted as deferred) and is woken at the turn's end, not at
+/// the holder's lease.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_turn_message_is_heard_and_its_lapse_wakes_the_waiter() {
+    let topo = tokio::task::spawn_blocking(common::topology::ClusterTopology::start)
+        .await
+        .unwrap();
+    let window = Duration::from_millis(300);
+    let client = || async {
+        Client::cluster(&topo.urls())
+            .turn_window(window)
+            .build()
+            .await
+            .unwrap()
+    };
+    let (a, c) = (client().await, client().await);
+    let name = "adv:cl-turn";
+    let owner = topo.master_of_slot(topo.keyslot(name));
+    let node = topo.nodes.iter().find(|n| n.port == owner).unwrap();
+    for round in 0..2 {
+        let held = a.lock(name).lock().await.unwrap();
+        let waiter = take(c.lock(name), Duration::ZERO);
+        let key = clients_key(name);
+        assert!(
+            common::eventually(Duration::from_secs(5), || {
+                node.cmd::<Vec<String>>(&["LRANGE", &key, "0", "-1"]) == [c.id()]
+            })
+            .await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _: () = node.cmd(&["LPUSH", &key, "0badc0de-0000-4000-8000-00000000dead"]);
+        let deferred = c.stats().turns_deferred;
+        let released = Instant::now();
+        held.unlock().await.unwrap();
+        let got = got_within(waiter, Duration::from_secs(10), "the cluster waiter").await;
+        let after = got - released;
+        println!("FIGURE cluster_turn_lapse round {round}: {after:?}");
+        assert_eq!(
+            c.stats().turns_deferred,
+            deferred + 1,
+            "round {round}: turn not heard"
+        );
+        assert!(
+            after >= window / 2 && after < window + Duration::from_secs(1),
+            "round {round}: woken {after:?} after the release"
+        );
+    }
+}
+
+/// Finding 3 (documented): a client with turns off (`turn_window(ZERO)`) neither lines
+/// up nor looks at the turn key, as a Redisson client: during another client's turn its
+/// `try_lock` takes the free lock, and its waiter, woken by the `0` behind the turn
+/// message (which it ignores), takes it too. A client with turns on is held off for the
+/// window. The docs said any `try_lock` of this crate finds the lock busy during another
+/// client's turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_turns_off_takes_the_lock_during_another_clients_turn() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(1500);
+    let (holder, on, off) = (
+        client(&s, window).await,
+        client(&s, window).await,
+        client(&s, Duration::ZERO).await,
+    );
+    // try_lock during a dead client's turn.
+    let name = "adv:off-try";
+    let held = holder.lock(name).lock().await.unwrap();
+    let _: () = s.cmd(&[
+        "RPUSH",
+        &clients_key(name),
+        "0badc0de-0000-4000-8000-00000000dead",
+    ]);
+    held.unlock().await.unwrap();
+    assert!(
+        on.lock(name).try_lock().await.unwrap().is_none(),
+        "turns on: held off"
+    );
+    let took = off.lock(name).try_lock().await.unwrap();
+    assert!(took.is_some(), "turns off: takes the lock during the turn");
+    took.unwrap().unlock().await.unwrap();
+    // A waiter with turns off, woken by the `0` behind the dead client's turn message.
+    let name = "adv:off-wait";
+    let held = holder.lock(name).lock().await.unwrap();
+    let waiter = take(off.lock(name), Duration::ZERO);
+    assert!(
+        common::eventually(Duration::from_secs(2), || s.numsub(&channel_name(name))
+            == 1)
+        .await
+    );
+    assert!(
+        line(&s, name).is_empty(),
+        "a client with turns off joined the line"
+    );
+    let _: () = s.cmd(&[
+        "RPUSH",
+        &clients_key(name),
+        "0badc0de-0000-4000-8000-00000000dead",
+    ]);
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let got = got_within(waiter, Duration::from_secs(5), "the turns-off waiter").await;
+    assert!(
+        got - released < window / 3,
+        "granted {:?} after",
+        got - released
+    );
+}
