@@ -1,6 +1,7 @@
 //! Adversarial review of the 5-name layout, continued (`tests/adv_layout.rs`): a fenced
 //! lock's optional last key (the token counter) on the replica-sync undo path, where a
-//! grant no replica acknowledged is released again with turns off.
+//! grant no replica acknowledged is released again with turns off, and in a MultiLock
+//! whose parts `mx` (fenced) and `{mx}` share one channel.
 
 mod common;
 
@@ -106,4 +107,75 @@ async fn a_fenced_grant_undone_for_replica_sync_frees_the_lock_with_rising_token
         let ttl: i64 = s.cmd(&["PTTL", &k]);
         assert!(ttl > 0 || k == token_key(name), "{k} has PTTL {ttl}");
     }
+}
+
+/// A MultiLock of the fenced lock `mx` and the plain lock `{mx}`, whose channel is one:
+/// three clients take it in a loop while a fourth takes `mx` alone through a plain
+/// handle (a plain release handing over to a fenced waiter must still draw a token).
+/// No overlap on either name, fenced tokens rise, and everyone finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multilock_of_a_fenced_and_a_braced_name_on_one_channel_makes_progress() {
+    let s = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(
+            Client::builder(s.url())
+                .turn_window(Duration::from_millis(20))
+                .build()
+                .await
+                .unwrap(),
+        );
+    }
+    let run = Duration::from_millis(1500);
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        let url = s.url();
+        let (fenced, braced, plain) = (c.fenced_lock("mx"), c.lock("{mx}"), c.lock("mx"));
+        tasks.push(tokio::spawn(async move {
+            let mut on_mx = common::Overlap::new(&url, "ovl:mx").await;
+            let mut on_braced = common::Overlap::new(&url, "ovl:bmx").await;
+            let until = Instant::now() + run;
+            let mut n = 0u32;
+            while Instant::now() < until && n < 1000 {
+                if i == 3 {
+                    let g = plain.lock().await.unwrap();
+                    assert!(on_mx.enter(None).await, "two holders of mx");
+                    tokio::time::sleep(Duration::from_micros(500)).await;
+                    on_mx.leave().await;
+                    g.unlock().await.unwrap();
+                } else {
+                    let multi =
+                        redis_rlock::MultiLock::new(vec![fenced.clone(), braced.clone()]).unwrap();
+                    let g = multi.lock().await.unwrap();
+                    let token = g.parts().iter().find_map(|p| p.fencing_token());
+                    assert!(token.is_some_and(|t| t > 0), "no token from mx: {token:?}");
+                    assert!(on_mx.enter(None).await, "two holders of mx");
+                    assert!(on_braced.enter(None).await, "two holders of {{mx}}");
+                    tokio::time::sleep(Duration::from_micros(500)).await;
+                    on_braced.leave().await;
+                    on_mx.leave().await;
+                    g.unlock().await.unwrap();
+                }
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut per_task = Vec::new();
+    for t in tasks {
+        let n = tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("a task never finished")
+            .unwrap();
+        per_task.push(n);
+    }
+    println!("FIGURE multi_shared_channel grants per task: {per_task:?}");
+    assert!(
+        per_task.iter().all(|&n| n > 0),
+        "a task starved: {per_task:?}"
+    );
+    assert_eq!(common::Overlap::report(&s, "ovl:mx").0, 0);
+    assert_eq!(common::Overlap::report(&s, "ovl:bmx").0, 0);
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "mx"]), 0);
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "{mx}"]), 0);
 }
