@@ -179,3 +179,61 @@ async fn a_multilock_of_a_fenced_and_a_braced_name_on_one_channel_makes_progress
     assert_eq!(s.cmd::<i64>(&["EXISTS", "mx"]), 0);
     assert_eq!(s.cmd::<i64>(&["EXISTS", "{mx}"]), 0);
 }
+
+/// A fair lock's force unlock announces itself on `redisson_lock__channel:{<name>}`, where
+/// no fair waiter listens, and wakes the head of its queue on the head's own channel:
+/// our fair waiter gets the lock at once, and the lock's channel carries the event
+/// alone (a Long, which a Redisson subscriber ignores).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_force_unlock_wakes_the_head_and_announces_only_a_long() {
+    use futures_util::StreamExt;
+    let s = RedisServer::start();
+    let (a, b) = (
+        Client::connect(s.url()).await.unwrap(),
+        Client::connect(s.url()).await.unwrap(),
+    );
+    let name = "adv:fair";
+    let held = a.fair_lock(name).lock().await.unwrap();
+    let redis = redis::Client::open(s.url()).unwrap();
+    let mut pubsub = redis.get_async_pubsub().await.unwrap();
+    pubsub
+        .subscribe(redis_rlock::protocol::channel_name(name))
+        .await
+        .unwrap();
+    let mut messages = pubsub.on_message();
+    let waiter = tokio::spawn({
+        let l = b.fair_lock(name);
+        async move {
+            let g = l.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        }
+    });
+    let queue = redis_rlock::protocol::queue_key(name);
+    assert!(
+        common::eventually(Duration::from_secs(5), || s.cmd::<i64>(&["LLEN", &queue])
+            == 1)
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let forced = Instant::now();
+    assert!(b.fair_lock(name).force_unlock().await.unwrap());
+    let at = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the fair waiter got the lock after the force unlock")
+        .unwrap();
+    let mut heard = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(200), messages.next()).await
+    {
+        heard.push(m.get_payload::<String>().unwrap());
+    }
+    println!("FIGURE fair_force: head granted {:?} after", at - forced);
+    assert_eq!(heard, [redis_rlock::protocol::FORCE_UNLOCK_EVENT]);
+    assert!(
+        at - forced < Duration::from_millis(500),
+        "granted {:?} after",
+        at - forced
+    );
+    drop(held);
+}
