@@ -1,7 +1,8 @@
 //! Adversarial review of the 5-name layout, continued (`tests/adv_layout.rs`): a fenced
 //! lock's optional last key (the token counter) on the replica-sync undo path, where a
 //! grant no replica acknowledged is released again with turns off, and in a MultiLock
-//! whose parts `mx` (fenced) and `{mx}` share one channel.
+//! whose parts `mx` (fenced) and `{mx}` share one channel; a fair force unlock; a
+//! permit-expirable semaphore's count in the turn range.
 
 mod common;
 
@@ -236,4 +237,51 @@ async fn a_fair_force_unlock_wakes_the_head_and_announces_only_a_long() {
         at - forced
     );
     drop(held);
+}
+
+/// The permit-expirable semaphore shares `redisson_sc:{<name>}` and publishes its new
+/// count too: a release that leaves 2^48 permits (the count raised by a peer meanwhile)
+/// must wake its waiter, as for the semaphore (`adv_layout.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_release_that_publishes_a_count_in_the_turn_range_wakes_the_waiter() {
+    let s = RedisServer::start();
+    let (a, b) = (
+        Client::connect(s.url()).await.unwrap(),
+        Client::connect(s.url()).await.unwrap(),
+    );
+    let name = "adv:permits";
+    let sem = a.permit_expirable_semaphore(name);
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let held = sem.acquire(Duration::from_secs(30)).await.unwrap();
+    let waiting = {
+        let sem = b.permit_expirable_semaphore(name);
+        tokio::spawn(async move {
+            let got = sem
+                .try_acquire(Duration::from_secs(30), Duration::from_secs(3))
+                .await
+                .unwrap();
+            (got.is_some(), Instant::now())
+        })
+    };
+    let channel = redis_rlock::protocol::semaphore_channel(name);
+    assert!(common::eventually(Duration::from_secs(2), || s.numsub(&channel) == 1).await);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A peer raises the count without a message; the release then publishes 2^48.
+    let _: i64 = s.cmd(&["INCRBY", name, &((1u64 << 48) - 1).to_string()]);
+    let released = Instant::now();
+    sem.release(held.id()).await.unwrap();
+    let (ok, at) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    println!(
+        "FIGURE permit_count_turn_range: acquired {ok} after {:?}",
+        at - released
+    );
+    assert!(ok, "try_acquire gave up with 2^48 permits available");
+    assert!(
+        at - released < Duration::from_millis(500),
+        "woken {:?} after",
+        at - released
+    );
 }
