@@ -285,3 +285,89 @@ async fn a_permit_release_that_publishes_a_count_in_the_turn_range_wakes_the_wai
         at - released
     );
 }
+
+/// Finding 4: the lapse of a turn (the wake-up when another client's turn ends unused)
+/// is kept per channel, but `a` and `{a}` share the channel and each has its own turn.
+/// Client Y waits for `lp` with two tasks (W1, W2) and for `{lp}` with a third (W3). A
+/// release of `lp` gives the turn to a dead client: Y lets its `0` pass, and would wake a
+/// waiter of `lp` when that turn ends. A release of `{lp}` (here giving Y the turn; a
+/// Redisson release's bare `0` does the same) cancels that lapse, and its `0` wakes one
+/// waiter per name: W1, answered "another's turn", sleeps until the turn ends, and is
+/// cancelled meanwhile. W2, asleep on the holder's 30 s lease, is never told that `lp`
+/// is free. W3 keeps `{lp}`: its release would wake W2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "finding: a turn given on `{a}` cancels the lapse of a turn on `a` (one turn state \
+            per channel); a waiter of `a` sleeps to its 30 s bound"]
+async fn a_turn_on_braced_a_does_not_cancel_the_lapse_of_a_turn_on_a() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(600);
+    let client = || async {
+        Client::builder(s.url())
+            .turn_window(window)
+            .build()
+            .await
+            .unwrap()
+    };
+    let (g, h, y) = (client().await, client().await, client().await);
+    let plain = g.lock("lp").lock().await.unwrap();
+    let braced = h.lock("{lp}").lock().await.unwrap();
+    let line = |n: &str| s.cmd::<Vec<String>>(&["LRANGE", &clients_key(n), "0", "-1"]);
+    let w1 = tokio::spawn({
+        let l = y.lock("lp");
+        async move {
+            l.try_lock_for(Duration::from_secs(20), None)
+                .await
+                .unwrap()
+                .is_some()
+        }
+    });
+    assert!(common::eventually(Duration::from_secs(5), || line("lp") == [y.id()]).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let w2 = tokio::spawn({
+        let l = y.lock("lp");
+        async move {
+            let g = l.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        }
+    });
+    // Y's waiter of `{lp}` keeps it: its release would wake a waiter of `lp` too.
+    let w3 = tokio::spawn({
+        let l = y.lock("{lp}");
+        async move {
+            let g = l.lock().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            g.unlock().await.unwrap();
+        }
+    });
+    assert!(common::eventually(Duration::from_secs(5), || line("{lp}") == [y.id()]).await);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let _: () = s.cmd(&[
+        "LPUSH",
+        &clients_key("lp"),
+        "0badc0de-0000-4000-8000-00000000dead",
+    ]);
+    let released = Instant::now();
+    plain.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    braced.unlock().await.unwrap();
+    assert!(common::eventually(Duration::from_secs(2), || line("{lp}").is_empty()).await);
+    // W1 was woken by the `0` of `{lp}` and answered "another's turn": it goes.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    w1.abort();
+    let at = tokio::time::timeout(Duration::from_secs(5), w2)
+        .await
+        .expect("W2 never heard that `lp` was free")
+        .unwrap();
+    println!(
+        "FIGURE lapse_cancelled: W2 granted {:?} after",
+        at - released
+    );
+    assert!(
+        at - released < window + Duration::from_secs(1),
+        "{:?}",
+        at - released
+    );
+    w3.abort();
+}
