@@ -286,19 +286,18 @@ async fn a_permit_release_that_publishes_a_count_in_the_turn_range_wakes_the_wai
     );
 }
 
-/// Finding 4: the lapse of a turn (the wake-up when another client's turn ends unused)
-/// is kept per channel, but `a` and `{a}` share the channel and each has its own turn.
-/// Client Y waits for `lp` with two tasks (W1, W2) and for `{lp}` with a third (W3). A
-/// release of `lp` gives the turn to a dead client: Y lets its `0` pass, and would wake a
-/// waiter of `lp` when that turn ends. A release of `{lp}` (here giving Y the turn; a
-/// Redisson release's bare `0` does the same) cancels that lapse, and its `0` wakes one
-/// waiter per name: W1, answered "another's turn", sleeps until the turn ends, and is
-/// cancelled meanwhile. W2, asleep on the holder's 30 s lease, is never told that `lp`
-/// is free. W3 keeps `{lp}`: its release would wake W2.
+/// Finding 4 (fixed): the lapse of a turn (the wake-up when another client's turn ends
+/// unused) is kept per channel, but `a` and `{a}` share the channel and each has its own
+/// turn. Client Y waits for `lp` with two tasks (W1, W2) and for `{lp}` with a third
+/// (W3). A release of `lp` gives the turn to a dead client: Y lets its `0` pass, and
+/// would wake a waiter of `lp` when that turn ends. A release of `{lp}` (here giving Y
+/// the turn; a Redisson release's bare `0` does the same) ends that lapse, and its `0`
+/// wakes one waiter per name: W1, answered "another's turn", sleeps until the turn ends,
+/// and is cancelled meanwhile. W2, asleep on the holder's 30 s lease, was never told
+/// that `lp` was free; now W1 passes the wake-up it did not use on as it leaves. W3
+/// keeps `{lp}`: its release would wake W2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: a turn given on `{a}` cancels the lapse of a turn on `a` (one turn state \
-            per channel); a waiter of `a` sleeps to its 30 s bound"]
-async fn a_turn_on_braced_a_does_not_cancel_the_lapse_of_a_turn_on_a() {
+async fn a_waiter_that_leaves_during_another_clients_turn_passes_its_wake_on() {
     let s = RedisServer::start();
     let window = Duration::from_millis(600);
     let client = || async {
