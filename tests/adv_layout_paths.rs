@@ -370,3 +370,86 @@ async fn a_waiter_that_leaves_during_another_clients_turn_passes_its_wake_on() {
     );
     w3.abort();
 }
+
+/// Finding 4 as a Redisson client meets it: the release of `{lr}` is Redisson's script
+/// (a bare `0`), and Y waits for `lr` alone. Its `0` ends the lapse of the dead client's
+/// turn on `lr` all the same, and wakes W1, which is cancelled during the turn; W2 must
+/// still get `lr` when the turn ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_release_of_braced_name_during_a_turn_loses_no_waiter() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(600);
+    let client = || async {
+        Client::builder(s.url())
+            .turn_window(window)
+            .build()
+            .await
+            .unwrap()
+    };
+    let (g, y) = (client().await, client().await);
+    let plain = g.lock("lr").lock().await.unwrap();
+    let field = "00000000-0000-4000-8000-000000000042:1";
+    let r: Option<i64> = s.cmd(&[
+        "EVAL",
+        common::redisson_rlock::ACQUIRE,
+        "1",
+        "{lr}",
+        "30000",
+        field,
+    ]);
+    assert!(r.is_none());
+    let line = || s.cmd::<Vec<String>>(&["LRANGE", &clients_key("lr"), "0", "-1"]);
+    let w1 = tokio::spawn({
+        let l = y.lock("lr");
+        async move { l.lock().await.unwrap().unlock().await.unwrap() }
+    });
+    assert!(common::eventually(Duration::from_secs(5), || line() == [y.id()]).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let w2 = tokio::spawn({
+        let l = y.lock("lr");
+        async move {
+            let g = l.lock().await.unwrap();
+            let at = Instant::now();
+            g.unlock().await.unwrap();
+            at
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _: () = s.cmd(&[
+        "LPUSH",
+        &clients_key("lr"),
+        "0badc0de-0000-4000-8000-00000000dead",
+    ]);
+    let released = Instant::now();
+    plain.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r: Option<i64> = s.cmd(&[
+        "EVAL",
+        common::redisson_rlock::UNLOCK,
+        "3",
+        "{lr}",
+        &redis_rlock::protocol::channel_name("{lr}"),
+        &format!("redisson_unlock_latch:{{lr}}:{:032x}", 7),
+        "0",
+        "30000",
+        field,
+        "PUBLISH",
+        "10000",
+    ]);
+    assert_eq!(r, Some(1));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    w1.abort();
+    let at = tokio::time::timeout(Duration::from_secs(5), w2)
+        .await
+        .expect("W2 never heard that `lr` was free")
+        .unwrap();
+    println!(
+        "FIGURE lapse_redisson: W2 granted {:?} after",
+        at - released
+    );
+    assert!(
+        at - released < window + Duration::from_secs(1),
+        "{:?}",
+        at - released
+    );
+}
