@@ -133,6 +133,7 @@ impl Target {
                         return Ok(Some(guard));
                     }
                     Some(Tried::Busy(ttl)) => ttl,
+                    Some(Tried::TurnBusy(ttl)) => Some(ttl),
                     Some(Tried::Late(took)) if matches!(wait, Wait::No) => {
                         return Err(Error::Timeout {
                             op: "try_lock (granted after its lease ran out)",

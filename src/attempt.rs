@@ -25,6 +25,8 @@ pub(crate) enum Tried {
     Held(LockGuard),
     /// Someone else holds it, for this long as far as Redis said (`None`: no expiry).
     Busy(Option<Duration>),
+    /// It is free, but another client's turn: sleep this long at most.
+    TurnBusy(Duration),
     /// The grant arrived after the lease it granted had run out, so it was given back;
     /// the value is how long the answer took.
     Late(Duration),
@@ -231,11 +233,11 @@ impl Target {
                 // does in any case: the turn's end need not bound the sleep. The lease
                 // then stands in for the holder's unknown PTTL.
                 let covered = inner.pubsub.turn_covered(&self.channel);
-                Ok(Tried::Busy(Some(if covered {
+                Ok(Tried::TurnBusy(if covered {
                     inner.config.watchdog_timeout
                 } else {
                     turn
-                })))
+                }))
             }
             Attempt::Acquired { .. } if sent + effective <= Instant::now() => {
                 // The answer came after the lease it granted had run out (Redis stalled,

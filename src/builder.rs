@@ -161,9 +161,11 @@ impl ClientBuilder {
     /// lock goes to whichever process answers the message first, which is the one that
     /// was already running (in tests one process of four took 98% of the grants). A
     /// client whose turn it is but that no longer waits costs the others this window
-    /// once. Redisson clients do not look at turns: they take a free lock as they always
-    /// do. The turn only lasts this long, so a client that wakes slower than that
-    /// (a heavily loaded machine) races as without turns.
+    /// once. Redisson clients, and clients of this crate with turns off, do not look at
+    /// turns: they take a free lock as they always do. The turn only lasts this long, so
+    /// a client that wakes slower than that (a heavily loaded machine) races as without
+    /// turns. A client that hears another's turn announced holds its waiters back for its
+    /// own window, not the releaser's: give every client of a name the same window.
     pub fn turn_window(mut self, window: Duration) -> Self {
         self.config.turn_window = window;
         self

@@ -289,6 +289,7 @@ impl PubSubHub {
             entry,
             wake,
             holding_wake: false,
+            owes_wake: false,
         }
     }
 
@@ -324,6 +325,9 @@ pub(crate) struct Subscription {
     wake: Arc<Notify>,
     /// Set while this waiter has consumed a wake-up it has not yet turned into a lock.
     holding_wake: bool,
+    /// A wake-up this waiter consumed was answered "another client's turn": not used,
+    /// it is passed on if the waiter leaves before its next attempt settles it.
+    owes_wake: bool,
 }
 
 impl Subscription {
@@ -373,12 +377,24 @@ impl Subscription {
     /// another client, which will publish again on release).
     pub(crate) fn wake_used(&mut self) {
         self.holding_wake = false;
+        self.owes_wake = false;
+    }
+
+    /// The wake-up this waiter consumed found the lock free but another client's turn:
+    /// the waiter sleeps until the turn ends, and if it leaves before then (out of time,
+    /// cancelled), another waiter of its name is woken in its place. The release that
+    /// woke it may have been of the other name on the channel (`a` and `{a}`), which
+    /// ended the lapse that would have woken the others when the turn runs out
+    /// (`tests/adv_layout_paths.rs`, finding 4).
+    pub(crate) fn wake_passed_over(&mut self) {
+        self.owes_wake |= self.holding_wake;
+        self.holding_wake = false;
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if self.holding_wake {
+        if self.holding_wake || self.owes_wake {
             self.wake.notify_one();
         }
         self.entry.leave(&self.name);
@@ -426,7 +442,14 @@ impl HubShared {
         };
         let entry = self.channels.lock().get(channel).cloned();
         if let Some(entry) = entry {
-            match TurnMessage::of(payload) {
+            // Only a lock's channels carry turn messages and force-unlock events. A
+            // semaphore's carries its new count, which may be any number: read as one of
+            // those, a count of 2^48 - 1 to 2^49 - 1 would wake none of its waiters.
+            let message = match crate::raw::is_lock_channel(channel) {
+                true => TurnMessage::of(payload),
+                false => TurnMessage::Other,
+            };
+            match message {
                 // A turn is only a hint (a client with turns off has no use for it), and
                 // a force unlock's unlock message comes right behind its event.
                 TurnMessage::Turn(n) if entry.turns => return self.on_turn(&entry, n),

@@ -108,6 +108,14 @@ pub fn channel_name(name: &str) -> String {
     prefixed("redisson_lock__channel", name)
 }
 
+const LOCK_CHANNEL_PREFIX: &str = "redisson_lock__channel:";
+
+/// Whether `channel` is a lock's (plain, fair or read-write): the only channels on which
+/// turn messages and force-unlock events are sent.
+pub(crate) fn is_lock_channel(channel: &str) -> bool {
+    channel.starts_with(LOCK_CHANNEL_PREFIX) || channel.starts_with(RW_CHANNEL_PREFIX)
+}
+
 /// The fencing token counter of the lock `name`: `redisson_lock_token:{<name>}`, the key
 /// Redisson's fenced lock uses.
 pub fn token_key(name: &str) -> String {

@@ -107,13 +107,23 @@ impl Waiting<'_> {
                 Answer::Held(guard)
             }
             Ok(Some(answered)) => {
-                self.sub.wake_used();
+                match answered {
+                    // Free for another client's turn: a wake-up that led here has not
+                    // been used, and goes to another waiter of the name if this one
+                    // leaves before it tries again (see `Subscription::wake_passed_over`).
+                    Tried::TurnBusy(_) => self.sub.wake_passed_over(),
+                    _ => self.sub.wake_used(),
+                }
                 self.adopt = false;
                 self.failing_since = None;
                 match answered {
                     Tried::Busy(ttl) => {
                         self.line.busy();
                         Answer::Busy(ttl)
+                    }
+                    Tried::TurnBusy(ttl) => {
+                        self.line.busy();
+                        Answer::Busy(Some(ttl))
                     }
                     _ => Answer::Late,
                 }
