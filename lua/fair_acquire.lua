@@ -3,7 +3,7 @@
 -- KEYS[2]  queue of waiting holder fields, first in line first: redisson_lock_queue:{<name>}
 -- KEYS[3]  each waiter's deadline in ms since the epoch: redisson_lock_timeout:{<name>};
 --          a waiter at the head of the queue whose deadline has passed is taken as gone
--- KEYS[4]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
+-- KEYS[4]  acquire latch: redisson_unlock_latch:{<name>}:<request id> (as acquire.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder field: "<client uuid>:<owner id>"
 -- ARGV[3]  the wait timeout W in ms, Redisson's fairLockWaitTimeout (threadWaitTime): a

@@ -3,7 +3,7 @@
 -- KEYS[1]  lock hash (the lock's name): field 'mode' = 'read' | 'write', one field per holder
 -- KEYS[2]  this holder's timeout key prefix: {<name>}:<field>:rwlock_timeout (hold n has
 --          the key <prefix>:<n>, value 1, expiring with that hold's lease)
--- KEYS[3]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
+-- KEYS[3]  acquire latch: redisson_unlock_latch:{<name>}:<request id> (as acquire.lua)
 -- KEYS[4]  writers of this crate that wait: redisson_rwlock_writers:{<name>} (ours), a
 --          sorted set of write fields scored by when each one's mark ends (server ms)
 -- KEYS[5]  readers of this crate that wait: redisson_rwlock_readers:{<name>} (ours), alike

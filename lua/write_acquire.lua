@@ -1,7 +1,7 @@
 -- Take or re-enter the write half of a read-write lock (Redisson's RReadWriteLock
 -- layout), at most once per request.
 -- KEYS[1]  lock hash (the lock's name): field 'mode' = 'read' | 'write', one field per holder
--- KEYS[2]  acquire latch: redisson_acquire_latch:{<name>}:<request id>
+-- KEYS[2]  acquire latch: redisson_unlock_latch:{<name>}:<request id> (as acquire.lua)
 -- KEYS[3]  writers of this crate that wait: redisson_rwlock_writers:{<name>} (ours), a
 --          sorted set of write fields scored by when each one's mark ends (server ms)
 -- KEYS[4]  the readers' turn after a writer: redisson_rwlock_turn:{<name>} (ours)
