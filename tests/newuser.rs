@@ -447,3 +447,43 @@ async fn a_try_lock_poller_with_turns_off_gets_the_lock_while_others_contend() {
         "the poller got the lock {got} times in {tries} tries ({others} grants to others)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_guards_released_out_of_order_or_dropped_leave_the_right_state() {
+    let s = RedisServer::start();
+    let client = Client::connect(s.url()).await.unwrap();
+    let lock = client.lock("nu:order");
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    outer.unlock().await.unwrap();
+    assert!(lock.is_locked().await.unwrap(), "the inner hold remains");
+    let other = Client::connect(s.url()).await.unwrap();
+    assert!(other.lock("nu:order").try_lock().await.unwrap().is_none());
+    // The guard moves to another task and is dropped there.
+    tokio::spawn(async move { drop(inner) }).await.unwrap();
+    let g = other
+        .lock("nu:order")
+        .try_lock_for(Duration::from_secs(2), None)
+        .await
+        .unwrap()
+        .expect("a dropped guard's hold is released in the background");
+    g.unlock().await.unwrap();
+    client.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
+/// A URL that does not parse is a bad argument (exit 2), not an unreachable server
+/// (exit 3), as `rlock --help` and the README tell the codes apart.
+#[cfg(feature = "cli")]
+#[test]
+fn rlock_with_a_url_that_does_not_parse_exits_with_the_bad_arguments_code() {
+    for url in ["http://127.0.0.1:6379", "not a url"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rlock"))
+            .args(["--url", url, "list"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{url}: {err}");
+        assert!(!err.contains("cannot reach"), "{url}: {err}");
+    }
+}

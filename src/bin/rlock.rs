@@ -125,6 +125,11 @@ async fn main() -> ExitCode {
         Ok(u) => u,
         Err(e) => return fail(3, e),
     };
+    // A URL that cannot parse is the caller's mistake, not an outage: scripts that retry
+    // on 3 must not retry it.
+    if let Err(e) = redis::Client::open(url.as_str()) {
+        return fail(2, format!("bad URL {}: {e}", redact(&url)));
+    }
     let mut conn = match connect(&url).await {
         Ok(c) => c,
         Err(e) => return fail(3, format!("cannot reach {}: {e}", redact(&url))),
