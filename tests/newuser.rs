@@ -246,6 +246,9 @@ async fn the_rlock_tool_inspects_watches_and_force_unlocks() {
     eprintln!("inspect:\n{text}");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(text.contains(g.holder_field()), "{text}");
+    // Two lock() calls, one count in Redis: the nested one was served by the client.
+    assert!(text.contains("(holds 1)"), "{text}");
+    assert_eq!(lock.hold_count().await.unwrap(), 2);
     assert!(text.contains("newuser"), "the client's name: {text}");
     inner.unlock().await.unwrap();
 
