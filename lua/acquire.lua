@@ -99,14 +99,14 @@ local function wait_in_line()
     keep_for(KEYS[3], 2 * tonumber(ARGV[1]))
 end
 local turn = false
-if fresh and turns then
-    -- A release gave the next turn to the client first in line: the others wait for it
-    -- to take the lock, at most until the turn runs out.
+if fresh and turns and waits then
+    -- A release gave the next turn to the client first in line: the others' waiters
+    -- wait for it to take the lock, at most until the turn runs out. A single try (no
+    -- 'w') takes a free lock as a Redisson client's does: it never joins the line, so a
+    -- turn of its own would never come, and a try_lock() loop would starve.
     turn = redis.call('get', KEYS[4])
     if turn and turn ~= me then
-        if waits then
-            wait_in_line()
-        end
+        wait_in_line()
         return {0, redis.call('pttl', KEYS[4]), 1}
     end
 end

@@ -422,14 +422,12 @@ async fn poll_while_others_contend(poller_turn_window: Option<Duration>) -> (u32
     (got, tries, others)
 }
 
-/// Open finding: with the default turn window the poller is starved (0-1 grants in
-/// 749-775 tries against 910-944 grants to the others, six runs; 57-84 grants with turns
-/// off): every release either
-/// leaves the lock held or gives a waiting client the turn, and `try_lock` respects
-/// turns without ever joining the line. Redisson's own poller gets in
-/// (`redisson_peers`), because it ignores turns.
+/// A new user's finding: with the default turn window the poller was starved (0-1 grants
+/// in 749-775 tries against 910-944 grants to the others, six runs): every release either
+/// left the lock held or gave a waiting client the turn, and `try_lock` respected turns
+/// without ever joining the line. A single try now takes a free lock during another
+/// client's turn, as Redisson's own poller does (`redisson_peers`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open finding: a try_lock() poller of this crate is starved by other clients' turns"]
 async fn a_try_lock_poller_of_this_crate_gets_the_lock_while_others_contend() {
     let (got, tries, others) = poll_while_others_contend(None).await;
     // A Redisson poller gets 43-73 grants in the same shape (`redisson_peers`).
@@ -439,8 +437,7 @@ async fn a_try_lock_poller_of_this_crate_gets_the_lock_while_others_contend() {
     );
 }
 
-/// The workaround for now: a poller whose client has turns off ignores turns, as a
-/// Redisson client does.
+/// A poller whose client has turns off ignores turns too, as a Redisson client does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_lock_poller_with_turns_off_gets_the_lock_while_others_contend() {
     let (got, tries, others) = poll_while_others_contend(Some(Duration::ZERO)).await;

@@ -39,7 +39,7 @@ fn line(s: &RedisServer, name: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_first_client_in_line_gets_the_turn_and_a_late_try_lock_waits_for_it() {
+async fn the_first_client_in_line_gets_the_turn_and_a_late_waiter_waits_for_it() {
     let s = RedisServer::start();
     let (a, b, c) = (
         client(&s, Duration::from_millis(300)).await,
@@ -60,8 +60,12 @@ async fn the_first_client_in_line_gets_the_turn_and_a_late_try_lock_waits_for_it
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(line(&s, "tn:a"), [b.id()], "the waiting client is in line");
     held.unlock().await.unwrap();
-    // During b's turn the free lock is not c's, even for a try without waiting...
-    let tried = c.lock("tn:a").try_lock().await.unwrap();
+    // During b's turn the free lock is not for a waiting call of c's...
+    let tried = c
+        .lock("tn:a")
+        .try_lock_for(Duration::from_millis(20), None)
+        .await
+        .unwrap();
     assert!(tried.is_none(), "c took the lock during b's turn");
     let got_at = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
@@ -80,6 +84,35 @@ async fn the_first_client_in_line_gets_the_turn_and_a_late_try_lock_waits_for_it
         .await
         .unwrap()
         .expect("free again");
+    g.unlock().await.unwrap();
+}
+
+/// A single `try_lock` takes a free lock during another client's turn, as a Redisson
+/// client's `tryLock()` does: it never joins the line, so a turn of its own would never
+/// come, and a `try_lock()` loop would starve while clients of this crate contend
+/// (`newuser::a_try_lock_poller_of_this_crate_gets_the_lock_while_others_contend`). The
+/// turn here is a dead client's, so nobody else takes the lock first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_try_takes_a_free_lock_during_another_clients_turn() {
+    let s = RedisServer::start();
+    let window = Duration::from_millis(500);
+    let (a, c) = (client(&s, window).await, client(&s, window).await);
+    let held = a.lock("tn:try").lock().await.unwrap();
+    let key = redis_rlock::protocol::clients_key("tn:try");
+    let _: () = s.cmd(&["RPUSH", &key, "00000000-0000-4000-8000-00000000dead"]);
+    let _: () = s.cmd(&["PEXPIRE", &key, "60000"]);
+    held.unlock().await.unwrap();
+    let turn: Option<String> = s.cmd(&["GET", &redis_rlock::protocol::turn_key("tn:try")]);
+    assert_eq!(
+        turn.as_deref(),
+        Some("00000000-0000-4000-8000-00000000dead")
+    );
+    let g = c
+        .lock("tn:try")
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("a single try takes the free lock during another client's turn");
     g.unlock().await.unwrap();
 }
 
