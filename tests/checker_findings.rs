@@ -50,7 +50,7 @@ fn eval(s: &RedisServer, src: &str, keys: &[String], args: &[String]) -> Value {
 fn acquire(s: &RedisServer, c: usize, t: usize, lease_ms: u64, flags: &str, req: u32) -> Value {
     let keys = vec![
         LOCK.to_string(),
-        format!("redisson_acquire_latch:{{{LOCK}}}:c{c}n{req}"),
+        format!("redisson_unlock_latch:{{{LOCK}}}:acq-c{c}n{req}"),
         clients_key(LOCK),
         turn_key(LOCK),
     ];

@@ -573,7 +573,7 @@ fn retried_grants_of_the_other_kinds_replay_with_a_write() {
     replay_writes(&mut conn, &|conn, lease, retry| {
         write
             .key("rw-lua")
-            .key("redisson_acquire_latch:{rw-lua}:r1")
+            .key("redisson_unlock_latch:{rw-lua}:acq-r1")
             .key("redisson_rwlock_writers:{rw-lua}")
             .key("redisson_rwlock_turn:{rw-lua}")
             .arg(lease)
@@ -600,7 +600,7 @@ fn retried_grants_of_the_other_kinds_replay_with_a_write() {
         fair.key("fair-lua")
             .key("redisson_lock_queue:{fair-lua}")
             .key("redisson_lock_timeout:{fair-lua}")
-            .key("redisson_acquire_latch:{fair-lua}:r1")
+            .key("redisson_unlock_latch:{fair-lua}:acq-r1")
             .arg(lease)
             .arg("c:1")
             .arg(60_000)

@@ -267,7 +267,7 @@ fn attempt(w: &mut World, c: usize, t: usize, fate: Fate, rounds: u8, seq: Optio
     let line = line_letter(grant_effect(true, u32::from(cl.in_line), counted));
     let flags = format!("fw{line}");
     cl.requests += 1;
-    let latch = format!("redisson_acquire_latch:{{{LOCK}}}:c{c}n{}", cl.requests);
+    let latch = format!("redisson_unlock_latch:{{{LOCK}}}:c{c}n{}", cl.requests);
     let lease = w.cfg.clients[c].lease;
     // A plain lock names no token counter (`raw::acquire`).
     let keys = vec![LOCK.to_string(), latch, clients_key(LOCK), turn_key(LOCK)];

@@ -232,7 +232,7 @@ fn fair_acquire(r: &mut Rng) -> Call {
         .key(FAIR)
         .key(queue_key(FAIR))
         .key(timeout_key(FAIR))
-        .key(latch("redisson_acquire_latch", FAIR, r))
+        .key(latch("redisson_unlock_latch", FAIR, r))
         .arg(lease(r))
         .arg(field(r))
         .arg(r.pick(&["80", "5000"]))

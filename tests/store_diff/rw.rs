@@ -34,7 +34,7 @@ fn read_acquire(r: &mut Rng) -> Call {
     script!("read_acquire")
         .key(NAME)
         .key(timeout_prefix(&f))
-        .key(latch("redisson_acquire_latch", NAME, r))
+        .key(latch("redisson_unlock_latch", NAME, r))
         .key(writer_key(NAME))
         .key(reader_key(NAME))
         .key(read_turn_key(NAME))
@@ -51,7 +51,7 @@ fn read_acquire(r: &mut Rng) -> Call {
 fn write_acquire(r: &mut Rng) -> Call {
     script!("write_acquire")
         .key(NAME)
-        .key(latch("redisson_acquire_latch", NAME, r))
+        .key(latch("redisson_unlock_latch", NAME, r))
         .key(writer_key(NAME))
         .key(read_turn_key(NAME))
         .arg(lease(r))

@@ -185,7 +185,7 @@ impl Fair {
         match self.actors[i].kind {
             Kind::Crate => {
                 let mut k = keys().to_vec();
-                k.push(format!("redisson_acquire_latch:{{{NAME}}}:a{i}"));
+                k.push(format!("redisson_unlock_latch:{{{NAME}}}:acq-a{i}"));
                 let args = [&lease, &f, &wait, LATCH_TTL, "1", "0", "1"].map(String::from);
                 int(&self.script("fair_acquire.lua", &k, &args)) == 1
             }

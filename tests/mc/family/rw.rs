@@ -163,7 +163,7 @@ impl Rw {
     fn acquire(&mut self, i: usize) -> bool {
         let a = &self.actors[i];
         let f = field(i, a.kind);
-        let latch = format!("redisson_acquire_latch:{{{NAME}}}:a{i}n{}", a.requests);
+        let latch = format!("redisson_unlock_latch:{{{NAME}}}:acq-a{i}n{}", a.requests);
         let mark = MARK.to_string();
         let name = match (a.kind, a.role) {
             (Kind::Crate, Role::Read) => "read_acquire.lua",
