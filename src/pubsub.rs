@@ -62,7 +62,7 @@ type NameWaiters = (usize, Arc<Notify>);
 
 impl ChannelEntry {
     /// Redis confirmed the subscription of the entry's channel.
-    fn confirmed(&self, _channel: &str) {
+    fn confirmed(&self) {
         self.ready.store(true, Ordering::SeqCst);
         self.ready_changed.notify_waiters();
     }

@@ -90,7 +90,7 @@ pub(super) async fn actor(
             let channels = shared.channels.lock();
             for (name, entry) in channels.iter() {
                 if subscribed.contains(name) {
-                    entry.confirmed(name);
+                    entry.confirmed();
                 }
                 // Anything may have been released while we were not listening.
                 entry.wake_all();
@@ -215,7 +215,7 @@ async fn reconcile(
     let channels = shared.channels.lock();
     for (ch, id) in confirm {
         if let Some(entry) = channels.get(&ch).filter(|e| e.id == id) {
-            entry.confirmed(&ch);
+            entry.confirmed();
         }
     }
     Ok(())

@@ -251,7 +251,7 @@ impl ClusterHub {
                 }
             }
             if let Some(entry) = shared.channels.lock().get(&ch).filter(|e| e.id == id) {
-                entry.confirmed(&ch);
+                entry.confirmed();
             }
         }
     }
@@ -330,7 +330,7 @@ impl ClusterHub {
             match self.subscribe(&ch).await {
                 Ok(()) => {
                     self.subscribed.insert(ch.clone());
-                    entry.confirmed(&ch);
+                    entry.confirmed();
                     // An unlock may have gone out while nobody listened.
                     entry.wake_all();
                     resubscribed.insert(key_slot(ch.as_bytes()));
