@@ -12,6 +12,9 @@
 //! - A sleeper that may run now (woken, or its wake time passed) forgets when it would
 //!   have woken; a Redisson waiter likewise. Time only moves forward, so it stays
 //!   runnable until its own step, which sets both anew.
+//! - A time past the clock's bound (a lease's end, a wake time, a poller's next try)
+//!   is one time, "never": the clock does not get there, and times are only compared
+//!   with the clock.
 //! - Messages on their way to someone who will never again read them (a client with no
 //!   task that can sleep, a Redisson actor that no longer waits) are dropped.
 //! - A crashed client takes no step: its tasks, line count and run are cleared.
@@ -56,6 +59,14 @@ impl World {
     /// This state with what nothing reads forgotten and its numbers canonical.
     pub(super) fn canonical(&mut self) {
         let now = self.now();
+        // The clock stops here: a time past it is never reached, and only ever
+        // compared with the clock.
+        let end = super::world::EPOCH + self.cfg.time_bound;
+        let never = |t: &mut u64| {
+            if *t > end {
+                *t = u64::MAX;
+            }
+        };
         for cl in self.clients.iter_mut().filter(|c| c.crashed) {
             for t in &mut cl.tasks {
                 t.phase = Phase::Done;
@@ -74,6 +85,7 @@ impl World {
                         if *woken || now >= *wake {
                             (*woken, *wake) = (true, 0);
                         }
+                        never(wake);
                         may_sleep = true;
                     }
                     Phase::Idle { .. }
@@ -81,9 +93,11 @@ impl World {
                         req: Req::Acquire { .. },
                         ..
                     } => may_sleep = true,
-                    Phase::Holding { rounds, .. } | Phase::Retry { rounds, .. } => {
+                    Phase::Holding { rounds, until } => {
+                        never(until);
                         may_sleep |= *rounds > 1
                     }
+                    Phase::Retry { rounds, .. } => may_sleep |= *rounds > 1,
                     Phase::Done => {}
                 }
             }
@@ -122,9 +136,15 @@ impl World {
                     *until = 0;
                     a.permit = true;
                 }
-                redisson::Phase::Waiting { .. }
-                | redisson::Phase::Subscribed
-                | redisson::Phase::Start => {}
+                redisson::Phase::Waiting { until } => never(until),
+                redisson::Phase::Subscribed | redisson::Phase::Start => {}
+                redisson::Phase::Polling { at, left } if *at > end => {
+                    (*at, *left) = (u64::MAX, 0);
+                }
+                redisson::Phase::Holding { until } => {
+                    never(until);
+                    (a.pending, a.permit) = (0, false);
+                }
                 _ => {
                     a.pending = 0;
                     a.permit = false;
