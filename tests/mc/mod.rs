@@ -7,6 +7,7 @@ pub mod client_replies;
 pub mod configs;
 pub mod explore;
 pub mod late;
+pub mod por;
 pub mod props;
 pub mod redisson;
 pub mod symmetry;

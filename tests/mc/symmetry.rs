@@ -2,6 +2,9 @@
 //! state, sorting them by what they look like, so that states that differ only by which
 //! client or task is which are explored once.
 
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
 use super::client;
 use super::world::{client_line_key, World, LOCK};
 
@@ -77,29 +80,45 @@ impl World {
                 _ => None,
             }
         };
-        let task_keys: Vec<Vec<String>> = (self.clients.iter().enumerate())
+        // Keys are hashes of what an actor looks like: equal looks, equal keys; a
+        // collision only ties two keys, and a tie only misses a reduction.
+        let hash = |v: &dyn Fn(&mut DefaultHasher)| {
+            let mut h = DefaultHasher::new();
+            v(&mut h);
+            h.finish()
+        };
+        let task_keys: Vec<Vec<u64>> = (self.clients.iter().enumerate())
             .map(|(c, cl)| {
                 (cl.tasks.iter().enumerate())
-                    .map(|(t, task)| format!("{task:?} {:?}", holds(c, t)))
+                    .map(|(t, task)| {
+                        hash(&|h| {
+                            task.hash(h);
+                            holds(c, t).hash(h);
+                        })
+                    })
                     .collect()
             })
             .collect();
         let tasks: Vec<Vec<usize>> = task_keys.iter().map(|k| ranks(k)).collect();
-        let line = self
-            .store
-            .entry(client_line_key().as_bytes())
-            .map(|e| format!("{:?}", e.value));
-        let client_keys: Vec<String> = (self.clients.iter().enumerate())
+        let line = match self.store.entry(client_line_key().as_bytes()) {
+            Some(crate::checker::store::Entry {
+                value: crate::checker::store::Value::List(l),
+                ..
+            }) => Some(l),
+            _ => None,
+        };
+        let client_keys: Vec<u64> = (self.clients.iter().enumerate())
             .map(|(c, cl)| {
                 let mut mine = task_keys[c].clone();
-                mine.sort();
+                mine.sort_unstable();
                 let id = client::id(c);
-                let place = line.as_deref().and_then(|l| l.find(&id));
-                let (run, inbox) = (&cl.run, &cl.inbox);
-                format!(
-                    "{mine:?} {} {run:?} {inbox:?} {} {} {place:?}",
-                    cl.in_line, cl.crashed, cl.requests
-                )
+                let place = line.and_then(|l| l.iter().position(|x| x.as_slice() == id.as_bytes()));
+                hash(&|h| {
+                    mine.hash(h);
+                    (cl.in_line, cl.crashed, cl.requests, place).hash(h);
+                    cl.run.hash(h);
+                    cl.inbox.hash(h);
+                })
             })
             .collect();
         Renaming {
