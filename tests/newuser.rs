@@ -4,6 +4,7 @@
 
 mod common;
 
+#[cfg(feature = "cli")]
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
