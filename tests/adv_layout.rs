@@ -431,9 +431,8 @@ async fn a_sharded_turn_message_is_heard_and_its_lapse_wakes_the_waiter() {
 /// Finding 3 (documented): a client with turns off (`turn_window(ZERO)`) neither lines
 /// up nor looks at the turn key, as a Redisson client: during another client's turn its
 /// `try_lock` takes the free lock, and its waiter, woken by the `0` behind the turn
-/// message (which it ignores), takes it too. A client with turns on is held off for the
-/// window. The docs said any `try_lock` of this crate finds the lock busy during another
-/// client's turn.
+/// message (which it ignores), takes it too. A waiting call of a client with turns on is
+/// held off for the window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_with_turns_off_takes_the_lock_during_another_clients_turn() {
     let s = RedisServer::start();
@@ -452,10 +451,14 @@ async fn a_client_with_turns_off_takes_the_lock_during_another_clients_turn() {
         "0badc0de-0000-4000-8000-00000000dead",
     ]);
     held.unlock().await.unwrap();
-    assert!(
-        on.lock(name).try_lock().await.unwrap().is_none(),
-        "turns on: held off"
-    );
+    // A waiting call of a client with turns on is held off; a single try would not be
+    // (`turns::a_single_try_takes_a_free_lock_during_another_clients_turn`).
+    let waited = on
+        .lock(name)
+        .try_lock_for(Duration::from_millis(20), None)
+        .await
+        .unwrap();
+    assert!(waited.is_none(), "turns on: a waiting call held off");
     let took = off.lock(name).try_lock().await.unwrap();
     assert!(took.is_some(), "turns off: takes the lock during the turn");
     took.unwrap().unlock().await.unwrap();
