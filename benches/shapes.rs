@@ -163,12 +163,17 @@ enum Held {
     Raw,
 }
 
+/// The text the client sends for `lua/<file>`.
+fn our_script(file: &str) -> &'static str {
+    redis_rlock::protocol::script_source(file).expect("a script of the crate")
+}
+
 thread_local! {
     static ACQUIRE: redis::Script = redis::Script::new(REDISSON_ACQUIRE);
     static UNLOCK: redis::Script = redis::Script::new(REDISSON_UNLOCK);
     static TRIVIAL_SCRIPT: redis::Script = redis::Script::new(TRIVIAL);
-    static OUR_ACQUIRE: redis::Script = redis::Script::new(concat!(include_str!("../lua/lock_shape.lua"), include_str!("../lua/acquire.lua")));
-    static OUR_UNLOCK: redis::Script = redis::Script::new(include_str!("../lua/unlock.lua"));
+    static OUR_TAKE: redis::Script = redis::Script::new(our_script("take.lua"));
+    static OUR_RELEASE: redis::Script = redis::Script::new(our_script("release.lua"));
 }
 
 impl Locker {
@@ -224,17 +229,14 @@ impl Locker {
                 Held::Raw
             }
             Locker::Scripts(conn, name, field) => {
-                let script = OUR_ACQUIRE.with(|s| s.clone());
+                // As the client sends a waiting call's first attempt (`raw::acquire`).
+                let script = OUR_TAKE.with(|s| s.clone());
                 let _: redis::Value = script
                     .key(&*name)
-                    .key(format!("redisson_unlock_latch:{{{name}}}:0123456789abcdef"))
                     .key(format!("redisson_lock_clients:{{{name}}}"))
                     .key(format!("redisson_lock_turn:{{{name}}}"))
                     .arg(LEASE.as_millis() as u64)
                     .arg(&*field)
-                    .arg(20_000)
-                    .arg(10)
-                    .arg("fw")
                     .invoke_async(conn)
                     .await
                     .unwrap();
@@ -277,21 +279,19 @@ impl Locker {
                 let _: i64 = script.key(&*key).invoke_async(conn).await.unwrap();
             }
             (Locker::Scripts(conn, name, field), _) => {
-                let script = OUR_UNLOCK.with(|s| s.clone());
+                // As the client sends a release with nobody to hand over to.
+                let script = OUR_RELEASE.with(|s| s.clone());
                 let _: redis::Value = script
                     .key(&*name)
                     .key(format!("redisson_lock__channel:{{{name}}}"))
                     .key(format!("redisson_unlock_latch:{{{name}}}:0123456789abcdef"))
                     .key(format!("redisson_lock_clients:{{{name}}}"))
                     .key(format!("redisson_lock_turn:{{{name}}}"))
-                    .arg(0)
                     .arg(&*field)
-                    .arg(20_000)
                     .arg(1)
-                    .arg("")
                     .arg(0)
+                    .arg(20_000)
                     .arg(10)
-                    .arg("")
                     .invoke_async(conn)
                     .await
                     .unwrap();

@@ -85,18 +85,8 @@ end
 local turns = tonumber(ARGV[4] or '0') > 0
 local waits = find(flags, 'w', 1, true) ~= nil
 local me = string.sub(ARGV[2], 1, 36)
--- A TTL of at least ms: a place is never cut short by a waiter whose own lease is
--- shorter than another's, and a key made anew (by RPUSH after LPOP) gets one.
-local function keep_for(key, ms)
-    if redis.call('pttl', key) < ms then
-        redis.call('pexpire', key, string.format('%d', ms))
-    end
-end
 local function wait_in_line()
-    if not redis.call('lpos', KEYS[3], me) then
-        redis.call('rpush', KEYS[3], me)
-    end
-    keep_for(KEYS[3], 2 * tonumber(ARGV[1]))
+    join_line(KEYS[3], me, ARGV[1])
 end
 local turn = false
 if fresh and turns and waits then

@@ -41,20 +41,6 @@ local function flag(letter)
     return string.find(flags, letter, 1, true) ~= nil
 end
 local publish = flag('s') and 'spublish' or 'publish'
--- A write that only a hand-over or a hint needs goes through this: out of memory
--- ('maxmemory', 'noeviction') Redis refuses it, and the release must then go on as a
--- plain published one, which writes nothing that could be refused.
-local function try_write(...)
-    local reply = redis.pcall(...)
-    return not (type(reply) == 'table' and reply.err)
-end
--- A TTL of at least ms (see acquire.lua): a list emptied by LPOP or LREM and made anew
--- by RPUSH has none.
-local function keep_for(key, ms)
-    if redis.call('pttl', key) < ms then
-        redis.call('pexpire', key, string.format('%d', ms))
-    end
-end
 local me = string.sub(ARGV[2], 1, 36)
 local retry = flag('r')
 -- Every send reads its latch first, not only a retry: a copy of this request delivered
@@ -150,45 +136,10 @@ if ARGV[5] ~= '' and not gave_way and not run_over then
         return {2, token}
     end
 end
-local next_client = false
-if turns then
-    next_client = redis.call('lindex', KEYS[4], 0)
-    if next_client == me then
-        -- This client's own run of hand-overs ended with its waiters still in line: the
-        -- turn goes to the next client, and this one goes to the back. A turn of its
-        -- own would only hold the others off while its waiters hold back.
-        local second = redis.call('lindex', KEYS[4], 1)
-        if second then
-            -- The list keeps at least one entry, so it keeps its TTL.
-            redis.call('lpop', KEYS[4])
-            try_write('rpush', KEYS[4], me)
-        end
-        next_client = second
-    end
-end
--- The turn is named before the unlock message, on the lock's own channel, so that a
--- subscriber gets both in this order on one subscription. Redisson's subscribers decode
--- every message there as an integer and act only on 0 and 1, so the client is named by
--- a number: 2^48 plus the first 48 bits of its id (its first 12 hex digits). It is only
--- a hint, so a refusal is ignored.
-if next_client then
-    local bits = tonumber(string.sub(next_client, 1, 8) .. string.sub(next_client, 10, 13), 16)
-    if bits then
-        redis.pcall(publish, KEYS[2], string.format('%.0f', 281474976710656 + bits))
-    end
-end
--- PUBLISH before any write: a publish refused by ACL then leaves the lock as it was,
--- instead of a lock released that no waiter hears of. The refusal is given the NOPERM
--- code: servers word it differently, and Redis 7.0 reports it as a plain ERR.
-local sent = redis.pcall(publish, KEYS[2], '0')
-if type(sent) == 'table' and sent.err then
-    return redis.error_reply('NOPERM publish refused: ' .. sent.err)
-end
-redis.call('del', KEYS[1])
-if next_client then
-    redis.call('lpop', KEYS[4])
-    -- Only a hint for the waiters (2.6): out of memory, the release stands without it.
-    try_write('set', KEYS[5], next_client, 'px', ARGV[7])
+local refused = publish_release(KEYS[1], KEYS[2], turns and KEYS[4], turns and KEYS[5], me,
+    ARGV[7], publish)
+if refused then
+    return refused
 end
 if gave_way then
     settle('3')

@@ -10,7 +10,7 @@ use redis::{FromRedisValue, Value};
 
 use crate::connection::{Conn, Synced};
 use crate::error::{Error, Result};
-use crate::scripts::{ScriptCall, ACQUIRE, RENEW, UNLOCK};
+use crate::scripts::{ScriptCall, RENEW};
 use crate::slot::{has_hash_tag, key_slot};
 
 /// The message published on a lock's channel when it is released (Redisson's
@@ -58,13 +58,13 @@ pub(crate) const LATE_COPIES: Duration = Duration::from_secs(600);
 mod fair;
 mod flags;
 mod force;
+mod plain;
 mod replies;
 mod rw;
 mod shape;
 mod turns;
 mod undo;
 
-use flags::Flags;
 pub(crate) use flags::Line;
 use replies::{AcquireReply, UnlockReply};
 use undo::rollback;
@@ -258,25 +258,7 @@ fn flag(b: bool) -> &'static str {
 
 pub(crate) async fn acquire(conn: &Conn, call: &AcquireCall<'_>) -> Result<Attempt> {
     let script = match call.kind {
-        Kind::Plain => ACQUIRE
-            .call()
-            .key(call.name)
-            .key(call.latch)
-            .key_own(turns::CLIENTS, call.name)
-            .key_own(turns::TURN, call.name)
-            .key_if(call.fenced, call.token_key)
-            .arg(ms(call.lease))
-            .arg(call.field)
-            .arg(ms(call.latch_ttl).max(1))
-            .arg(ms(call.turn_window))
-            .arg(
-                Flags::new()
-                    .set(b'f', call.fresh)
-                    .set(b'r', call.retry)
-                    .set(b'F', call.fenced)
-                    .set(b'w', call.waits)
-                    .line(call.line),
-            ),
+        Kind::Plain => plain::acquire_call(call),
         Kind::Read | Kind::Write => rw::acquire_call(call),
         Kind::Fair => fair::acquire_call(call),
     };
@@ -360,7 +342,7 @@ pub(crate) struct ReleaseCall<'a> {
 
 pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Release> {
     let script = match call.kind {
-        Kind::Plain => plain_release_call(conn, call),
+        Kind::Plain => plain::release_call(conn, call),
         Kind::Read | Kind::Write => rw::release_call(conn, call),
         Kind::Fair => fair::release_call(conn, call),
     };
@@ -388,33 +370,6 @@ pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Relea
         }
         UnlockReply::HandedOver(_) => Err(unexpected("unlock", &reply)),
     }
-}
-
-/// The unlock of a plain lock, with its hand-over.
-fn plain_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
-    UNLOCK
-        .call()
-        .key(call.name)
-        .key(call.channel)
-        .key(call.latch)
-        .key_own(turns::CLIENTS, call.name)
-        .key_own(turns::TURN, call.name)
-        .key_if(call.fenced, call.token_key)
-        .arg(call.keep.map(ms).unwrap_or(0))
-        .arg(call.field)
-        .arg(ms(call.latch_ttl).max(1))
-        .arg(call.holds)
-        .arg(call.next.map(|n| n.0).unwrap_or(""))
-        .arg(call.next.map(|n| ms(n.1)).unwrap_or(0))
-        .arg(ms(call.turn_window))
-        .arg(
-            Flags::new()
-                .set(b'r', call.retry)
-                .set(b'F', call.fenced)
-                .set(b'g', call.gives_way)
-                .set(b'e', call.ends_run)
-                .publish(conn),
-        )
 }
 
 /// Renews a batch of `(name, field)` pairs; `true` where the lease was extended.

@@ -49,15 +49,54 @@ macro_rules! shaped {
     };
 }
 
+/// The text of a script made of several files of `lua/`, preludes first.
+macro_rules! lua {
+    ($($file:literal),+) => {
+        concat!($(include_str!(concat!("../lua/", $file))),+)
+    };
+}
+
 /// The acquire script (`lua/acquire.lua`).
 pub(crate) static ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(shaped!("acquire.lua"), |v| {
+    LuaScript::new(lua!("lock_shape.lua", "line.lua", "acquire.lua"), |v| {
         *v == Value::Nil || matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1))))
     })
 });
+/// The uncontended first send's acquire (`lua/take.lua`): it wrote a grant only when
+/// it answers nil.
+pub(crate) static TAKE: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(lua!("lock_shape.lua", "line.lua", "take.lua"), |v| {
+        *v == Value::Nil
+    })
+});
 /// The unlock script (`lua/unlock.lua`).
-pub(crate) static UNLOCK: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(include_str!("../lua/unlock.lua"), |v| *v != Value::Nil));
+pub(crate) static UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(lua!("line.lua", "published.lua", "unlock.lua"), |v| {
+        *v != Value::Nil
+    })
+});
+/// The first send's unlock with nobody to hand over to (`lua/release.lua`), publishing
+/// with `PUBLISH`; [`RELEASE_SHARDED`] with `SPUBLISH`. The command is the script's
+/// first line rather than an argument: the server pays per argument.
+pub(crate) static RELEASE: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(
+        concat!(
+            "local publish = 'publish'\n",
+            lua!("published.lua", "release.lua")
+        ),
+        |v| *v != Value::Nil,
+    )
+});
+/// [`RELEASE`] publishing with `SPUBLISH`.
+pub(crate) static RELEASE_SHARDED: Lazy<LuaScript> = Lazy::new(|| {
+    LuaScript::new(
+        concat!(
+            "local publish = 'spublish'\n",
+            lua!("published.lua", "release.lua")
+        ),
+        |v| *v != Value::Nil,
+    )
+});
 /// The batched renewal script (`lua/renew.lua`).
 pub(crate) static RENEW: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
@@ -177,6 +216,8 @@ pub(crate) static RW_FORCE_UNLOCK: Lazy<LuaScript> =
 pub(crate) fn source_of(file: &str) -> Option<&'static str> {
     let script: &'static LuaScript = match file {
         "acquire.lua" => &ACQUIRE,
+        "take.lua" => &TAKE,
+        "release.lua" => &RELEASE,
         "unlock.lua" => &UNLOCK,
         "renew.lua" => &RENEW,
         "force_unlock.lua" => &FORCE_UNLOCK,

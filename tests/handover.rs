@@ -60,6 +60,7 @@ async fn holder_and_waiter_behind_a_proxy(
         .unwrap();
     let warm = c.lock(format!("{name}-warm")).lock().await.unwrap();
     warm.unlock().await.unwrap();
+    s.load_lock_scripts();
     let first = c.lock(name).lock().await.unwrap();
     let waiter = parked_waiter(s, &c, name, |l| async move { l.lock().await.unwrap() }).await;
     (proxy, first, waiter)
@@ -211,7 +212,7 @@ fn a_retried_handover_whose_reply_was_lost_replays_the_grant() {
     // lost: the second send must report the first one's hand-over, not grant again.
     let s = RedisServer::start();
     let mut conn = s.conn();
-    let script = redis::Script::new(include_str!("../lua/unlock.lua"));
+    let script = redis::Script::new(redis_rlock::protocol::script_source("unlock.lua").unwrap());
     // Flags: `F` fenced, `r` a retry (`docs/protocol.md` 2.2).
     let run = |conn: &mut redis::Connection, next: &str, retry: &str, id: &str| -> redis::Value {
         let flags = if retry == "1" { "Fr" } else { "F" };
@@ -263,23 +264,24 @@ fn a_hand_over_to_the_releasing_field_itself_keeps_its_hold() {
     let s = RedisServer::start();
     let mut conn = s.conn();
     let _: () = s.cmd(&["HSET", "ho-self", "c:1", "1"]);
-    let reply: redis::Value = redis::Script::new(include_str!("../lua/unlock.lua"))
-        .key("ho-self")
-        .key(redis_rlock::protocol::channel_name("ho-self"))
-        .key("redisson_unlock_latch:{ho-self}:r1")
-        .key(redis_rlock::protocol::clients_key("ho-self"))
-        .key(redis_rlock::protocol::turn_key("ho-self"))
-        .key(redis_rlock::protocol::token_key("ho-self"))
-        .arg(0)
-        .arg("c:1")
-        .arg(10_000)
-        .arg(1)
-        .arg("c:1")
-        .arg(5_000)
-        .arg(0)
-        .arg("")
-        .invoke(&mut conn)
-        .unwrap();
+    let reply: redis::Value =
+        redis::Script::new(redis_rlock::protocol::script_source("unlock.lua").unwrap())
+            .key("ho-self")
+            .key(redis_rlock::protocol::channel_name("ho-self"))
+            .key("redisson_unlock_latch:{ho-self}:r1")
+            .key(redis_rlock::protocol::clients_key("ho-self"))
+            .key(redis_rlock::protocol::turn_key("ho-self"))
+            .key(redis_rlock::protocol::token_key("ho-self"))
+            .arg(0)
+            .arg("c:1")
+            .arg(10_000)
+            .arg(1)
+            .arg("c:1")
+            .arg(5_000)
+            .arg(0)
+            .arg("")
+            .invoke(&mut conn)
+            .unwrap();
     assert_eq!(
         reply,
         redis::Value::Array(vec![redis::Value::Int(2), redis::Value::Int(0)])
@@ -502,10 +504,7 @@ fn a_retried_acquire_replays_its_grant_with_a_write() {
     // its own connection's writes, covers the first send's grant as well.
     let s = RedisServer::start();
     let mut conn = s.conn();
-    let script = redis::Script::new(concat!(
-        include_str!("../lua/lock_shape.lua"),
-        include_str!("../lua/acquire.lua")
-    ));
+    let script = redis::Script::new(redis_rlock::protocol::script_source("acquire.lua").unwrap());
     let run = |conn: &mut redis::Connection, lease: u64, flags: &str| -> redis::Value {
         script
             .key("acq-lua")

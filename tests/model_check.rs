@@ -185,11 +185,17 @@ fn late_copies_of_an_unlock_release_nothing() {
 #[test]
 fn seeded_unlock_reading_its_latch_only_on_retry_breaks_mutual_exclusion() {
     let mut cfg = configs::late_copy();
-    cfg.scripts = cfg.scripts.edit(
-        |s| &mut s.unlock,
-        "local done = redis.call('get', KEYS[3])",
-        "local done = retry and redis.call('get', KEYS[3])",
-    );
+    cfg.scripts = (cfg.scripts)
+        .edit(
+            |s| &mut s.unlock,
+            "local done = redis.call('get', KEYS[3])",
+            "local done = retry and redis.call('get', KEYS[3])",
+        )
+        .edit(
+            |s| &mut s.release,
+            "local done = redis.call('get', KEYS[3])",
+            "local done = false",
+        );
     seeded("late copy, latch read on retry only", cfg, MUTEX);
 }
 
@@ -204,11 +210,17 @@ fn seeded(name: &str, cfg: Config, property: &str) {
 
 #[test]
 fn seeded_acquire_without_exists_check_breaks_mutual_exclusion() {
-    let scripts = Scripts::real().edit(
-        |s| &mut s.acquire,
-        "local fresh = redis.call('exists', KEYS[1]) == 0",
-        "local fresh = true",
-    );
+    let scripts = Scripts::real()
+        .edit(
+            |s| &mut s.acquire,
+            "local fresh = redis.call('exists', KEYS[1]) == 0",
+            "local fresh = true",
+        )
+        .edit(
+            |s| &mut s.take,
+            "if redis.call('exists', KEYS[1]) == 0 then",
+            "if true then",
+        );
     seeded(
         "seeded: no exists",
         Config {
@@ -221,11 +233,8 @@ fn seeded_acquire_without_exists_check_breaks_mutual_exclusion() {
 
 #[test]
 fn seeded_acquire_without_pexpire_breaks_ttls() {
-    let scripts = Scripts::real().edit(
-        |s| &mut s.acquire,
-        "redis.call('pexpire', KEYS[1], ARGV[1])",
-        "local _ = 0",
-    );
+    let scripts =
+        Scripts::real().edit_all("redis.call('pexpire', KEYS[1], ARGV[1])", "local _ = 0");
     seeded(
         "seeded: no pexpire",
         Config {
@@ -238,11 +247,7 @@ fn seeded_acquire_without_pexpire_breaks_ttls() {
 
 #[test]
 fn seeded_unlock_without_del_leaves_the_lock() {
-    let scripts = Scripts::real().edit(
-        |s| &mut s.unlock,
-        "redis.call('del', KEYS[1])",
-        "local _ = 0",
-    );
+    let scripts = Scripts::real().edit_all("redis.call('del', hash)", "local _ = 0");
     seeded(
         "seeded: no del",
         Config {
@@ -257,13 +262,15 @@ fn seeded_unlock_without_del_leaves_the_lock() {
 /// line's field instead of publishing passes the subscribed Redisson waiter over.
 #[test]
 fn seeded_grant_to_the_next_client_breaks_bypass() {
-    let scripts = Scripts::real().edit(
-        |s| &mut s.unlock,
-        "local sent = redis.pcall(publish, KEYS[2], '0')",
+    let scripts = Scripts::real().edit_all(
+        "local sent = redis.pcall(publish, channel, '0')",
         "if next_client and next_client ~= me then \
-             redis.call('hset', KEYS[1], next_client .. ':1', 1) \
-             redis.call('hdel', KEYS[1], ARGV[2]) return 1 end \
-         local sent = redis.pcall(publish, KEYS[2], '0')",
+             local given = next_client .. ':1' \
+             redis.call('hset', hash, given, 1) \
+             for _, f in ipairs(redis.call('hkeys', hash)) do \
+                 if f ~= given then redis.call('hdel', hash, f) end end \
+             return nil end \
+         local sent = redis.pcall(publish, channel, '0')",
     );
     seeded(
         "seeded: grant to the next client",
@@ -280,11 +287,7 @@ fn seeded_grant_to_the_next_client_breaks_bypass() {
 #[test]
 fn seeded_join_setting_its_own_ttl_shortens_places() {
     // Finding 4 put back: a join sets the line's TTL from its own lease, shorter or not.
-    let scripts = Scripts::real().edit(
-        |s| &mut s.acquire,
-        "if redis.call('pttl', key) < ms then",
-        "if true then",
-    );
+    let scripts = Scripts::real().edit_all("if redis.call('pttl', key) < ms then", "if true then");
     seeded(
         "seeded: a join's own TTL",
         Config {

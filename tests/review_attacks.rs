@@ -109,6 +109,7 @@ async fn an_unanswered_release_resent_after_a_hand_over_frees_the_handed_hold() 
     // Redis knows the scripts already, so late copies are not refused as NOSCRIPT.
     let g = client.lock("adv2:warm").lock().await.unwrap();
     g.unlock().await.unwrap();
+    s.load_lock_scripts();
     let name = "adv2:resend-after-hand-over";
     OwnerId::scope(async {
         let lock = client.lock(name);
@@ -235,6 +236,7 @@ async fn an_unanswered_partial_release_resent_after_its_latch_ran_out_releases_t
     let b = Client::builder(s.url()).build().await.unwrap();
     let g = client.lock("adv2:warm").lock().await.unwrap();
     g.unlock().await.unwrap();
+    s.load_lock_scripts();
     let name = "adv2:resend-after-latch";
     let lease = Duration::from_secs(20);
     OwnerId::scope(async {
@@ -311,6 +313,7 @@ async fn an_adopting_waiter_and_a_fresh_twin_both_adopt_one_handed_hold() {
     let b = Client::builder(s.url()).build().await.unwrap();
     let g = client.lock("adv2:warm").lock().await.unwrap();
     g.unlock().await.unwrap();
+    s.load_lock_scripts();
     let name = "adv2:adopt-twin";
     OwnerId::scope(async {
         let lock = client.lock(name);

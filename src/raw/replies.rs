@@ -17,6 +17,8 @@ impl FromRedisValue for AcquireReply {
     fn from_redis_value(v: Value) -> std::result::Result<Self, ParsingError> {
         let (kind, n, latched): (i64, i64, Option<i64>) = match v {
             Value::Nil => (1, 0, Some(0)),
+            // `lua/take.lua`'s busy answer: the PTTL alone, as Redisson's script gives it.
+            Value::Int(pttl) => (0, pttl, None),
             Value::Array(items) if (2..=3).contains(&items.len()) => {
                 let mut items = items.into_iter();
                 let mut next = || items.next().map(i64::from_redis_value).transpose();

@@ -319,6 +319,17 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("{args:?}: {e}"))
     }
 
+    /// Puts the plain lock's general scripts (`acquire.lua`, `unlock.lua`) in the server's
+    /// script cache, as a warm-up lock and unlock does for `take.lua` and `release.lua`:
+    /// a test that slows the network then sees a hand-over or a retry run on its first
+    /// send, not a `NOSCRIPT` answer and an `EVAL` a round trip later.
+    pub fn load_lock_scripts(&self) {
+        for file in ["acquire.lua", "unlock.lua"] {
+            let src = redis_rlock::protocol::script_source(file).expect("a script");
+            let _: String = self.cmd(&["SCRIPT", "LOAD", src]);
+        }
+    }
+
     /// Subscribers of `channel` on the server (PUBSUB NUMSUB).
     pub fn numsub(&self, channel: &str) -> i64 {
         let v: Vec<redis::Value> = self.cmd(&["PUBSUB", "NUMSUB", channel]);

@@ -1,7 +1,9 @@
 //! A model of a client of this crate on one plain lock: the decisions `src/acquire.rs`,
 //! `src/acquire/waiting.rs`, `src/attempt.rs`, `src/release.rs`, `src/handover.rs` and
 //! `src/line.rs` make, and the keys, arguments and flags `src/raw.rs` sends for them to
-//! the real `lua/acquire.lua` and `lua/unlock.lua`. It is a model of the decisions, not
+//! the real `lua/take.lua`, `lua/acquire.lua`, `lua/release.lua` and `lua/unlock.lua`
+//! (a first send to the small scripts, a retry or a hand-over to the general ones, as
+//! `raw::acquire` and `raw::release` choose). It is a model of the decisions, not
 //! the client's code: issue 24's sans-IO core will let the checker drive the real one.
 //!
 //! Simplifications, each a place where the model may miss what the client does:
@@ -264,20 +266,16 @@ fn attempt(w: &mut World, c: usize, t: usize, fate: Fate, rounds: u8, seq: Optio
         true => Counted::Waiting,
         false => Counted::First,
     };
-    let line = line_letter(grant_effect(true, u32::from(cl.in_line), counted));
-    let flags = format!("fw{line}");
-    cl.requests += 1;
-    let latch = format!("redisson_unlock_latch:{{{LOCK}}}:c{c}n{}", cl.requests);
-    let lease = w.cfg.clients[c].lease;
-    // A plain lock names no token counter (`raw::acquire`).
-    let keys = vec![LOCK.to_string(), latch, clients_key(LOCK), turn_key(LOCK)];
-    let args = vec![
-        lease.to_string(),
-        field(c, t),
-        w.cfg.latch_ttl.to_string(),
-        w.cfg.turn_window.to_string(),
-        flags,
-    ];
+    let line = grant_effect(true, u32::from(cl.in_line), counted);
+    let (keys, args) = match line {
+        // `raw::acquire`: a fresh first send by a client not in line is `take.lua`'s, with
+        // the line and the turn (the caller waits, turns on).
+        Line::Out => (
+            vec![LOCK.to_string(), clients_key(LOCK), turn_key(LOCK)],
+            vec![w.cfg.clients[c].lease.to_string(), field(c, t)],
+        ),
+        _ => general_acquire(w, c, t, &format!("fw{}", line_letter(line))),
+    };
     let seq = seq.unwrap_or_else(|| {
         let cl = &mut w.clients[c];
         cl.next_seq += 1;
@@ -285,6 +283,47 @@ fn attempt(w: &mut World, c: usize, t: usize, fate: Fate, rounds: u8, seq: Optio
     });
     let req = Req::Acquire { keys, args, seq };
     send(w, c, t, req, fate, rounds)
+}
+
+/// The keys and arguments of `acquire.lua` as `raw::acquire` sends them, with a new
+/// request's latch. A plain lock names no token counter.
+fn general_acquire(w: &mut World, c: usize, t: usize, flags: &str) -> (Vec<String>, Vec<String>) {
+    let latch = unlock_latch(w, c);
+    let keys = vec![LOCK.to_string(), latch, clients_key(LOCK), turn_key(LOCK)];
+    let args = vec![
+        w.cfg.clients[c].lease.to_string(),
+        field(c, t),
+        w.cfg.latch_ttl.to_string(),
+        w.cfg.turn_window.to_string(),
+        flags.to_string(),
+    ];
+    (keys, args)
+}
+
+/// The request's retry, with `r`: a first send to `take.lua` or `release.lua` is sent
+/// again to the general script (`raw::acquire`, `raw::release`).
+fn as_retry(w: &mut World, c: usize, t: usize, req: &mut Req) {
+    match script_name(req) {
+        "take.lua" => {
+            let Req::Acquire { keys, args, .. } = req else {
+                unreachable!()
+            };
+            (*keys, *args) = general_acquire(w, c, t, "fw");
+        }
+        "release.lua" => {
+            let Req::Release { args, .. } = req else {
+                unreachable!()
+            };
+            // The same keys; the arguments of `unlock.lua` with nobody to hand over to.
+            *args = release_args(w, c, t, "", "0", "");
+        }
+        _ => {}
+    }
+    match req {
+        Req::Acquire { args, .. } | Req::Release { args, .. } => {
+            args.last_mut().expect("flags").insert(0, 'r')
+        }
+    }
 }
 
 fn send(w: &mut World, c: usize, t: usize, req: Req, fate: Fate, rounds: u8) -> String {
@@ -301,12 +340,7 @@ fn send(w: &mut World, c: usize, t: usize, req: Req, fate: Fate, rounds: u8) -> 
     let what = format!("{} {flags:?}", script_name(&req));
     if fate != Fate::Answered {
         let mut req = req;
-        match &mut req {
-            Req::Acquire { args, .. } => args.last_mut().expect("flags").insert(0, 'r'),
-            Req::Release { args, .. } => {
-                args.last_mut().expect("flags").insert(0, 'r');
-            }
-        }
+        as_retry(w, c, t, &mut req);
         w.clients[c].tasks[t].phase = Phase::Retry { req, rounds };
         if fate == Fate::Stuck {
             return format!("C{c}.t{t}: {what} stuck in a connection given up");
@@ -322,17 +356,22 @@ fn run_req(w: &mut World, req: &Req) -> (Reply, String) {
     let (keys, args) = match req {
         Req::Acquire { keys, args, .. } | Req::Release { keys, args, .. } => (keys, args),
     };
-    let src = match req {
-        Req::Acquire { .. } => w.cfg.scripts.acquire.clone(),
-        Req::Release { .. } => w.cfg.scripts.unlock.clone(),
-    };
+    let name = script_name(req);
+    let src = w.cfg.scripts.named(name);
     let reply = w.run(&src, keys, args);
-    (reply, args.last().cloned().unwrap_or_default())
+    let flags = match name {
+        "acquire.lua" | "unlock.lua" => args.last().cloned().unwrap_or_default(),
+        _ => String::new(),
+    };
+    (reply, flags)
 }
 
+/// The script a request goes to, told by its arguments' count.
 fn script_name(req: &Req) -> &'static str {
     match req {
+        Req::Acquire { args, .. } if args.len() == 2 => "take.lua",
         Req::Acquire { .. } => "acquire.lua",
+        Req::Release { args, .. } if args.len() == 5 => "release.lua",
         Req::Release { .. } => "unlock.lua",
     }
 }
@@ -400,7 +439,10 @@ fn release(w: &mut World, c: usize, t: usize, fate: Fate, rounds: u8) -> String 
     }
     let mut keys = release_keys(c);
     keys[2] = unlock_latch(w, c);
-    let args = release_args(w, c, t, &next_field, &next_lease, &flags);
+    let args = match offer {
+        None => plain_release_args(w, c, t),
+        Some(_) => release_args(w, c, t, &next_field, &next_lease, &flags),
+    };
     let sent = w.now();
     send(
         w,
@@ -427,6 +469,18 @@ pub fn release_keys(c: usize) -> Vec<String> {
         String::new(),
         clients_key(LOCK),
         turn_key(LOCK),
+    ]
+}
+
+/// The arguments of `release.lua` releasing task t's one hold, with nobody to hand over
+/// to (`raw::release`'s first send); its keys are `unlock.lua`'s.
+pub fn plain_release_args(w: &World, c: usize, t: usize) -> Vec<String> {
+    vec![
+        field(c, t),
+        "1".to_string(),
+        "0".to_string(),
+        LATE_COPIES_MS.to_string(),
+        w.cfg.turn_window.to_string(),
     ]
 }
 

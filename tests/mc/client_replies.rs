@@ -60,6 +60,8 @@ pub fn acquire(w: &mut World, c: usize, t: usize, reply: Reply, rounds: u8, seq:
         Reply::Array(items) => items,
         // A plain lock's fresh first grant.
         Reply::Nil => vec![Reply::Int(1), Reply::Int(0), Reply::Int(0)],
+        // `take.lua`'s busy answer: the PTTL alone.
+        Reply::Int(pttl) => vec![Reply::Int(0), Reply::Int(pttl)],
         other => panic!("acquire.lua answered {other:?}"),
     };
     // The client's own decision on the answer (`policy::waiter`), at model lengths.
@@ -212,8 +214,8 @@ fn give_back(w: &mut World, c: usize, n: usize) -> String {
     }
     let mut keys = super::client::release_keys(c);
     keys[2] = super::client::unlock_latch(w, c);
-    let args = super::client::release_args(w, c, n, "", "0", "");
-    let src = w.cfg.scripts.unlock.clone();
+    let args = super::client::plain_release_args(w, c, n);
+    let src = w.cfg.scripts.release.clone();
     let r = w.run(&src, &keys, &args);
     format!("; gives it back -> {r:?}")
 }

@@ -42,10 +42,7 @@ pub fn hold_back(w: &mut World, script: &'static str, keys: &[String], args: &[S
 /// Runs the i-th copy on the store now; its reply goes nowhere.
 pub fn deliver(w: &mut World, i: usize) -> String {
     let copy = w.late.remove(i);
-    let src: Rc<str> = match copy.script {
-        "unlock.lua" => w.cfg.scripts.unlock.clone(),
-        _ => w.cfg.scripts.acquire.clone(),
-    };
+    let src: Rc<str> = w.cfg.scripts.named(copy.script);
     let reply = w.run(&src, &copy.keys, &copy.args);
     format!(
         "a late copy of {} {:?} for {} runs -> {reply:?}",

@@ -37,7 +37,8 @@ pub type State = BTreeMap<Vec<u8>, Snap>;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Shape {
     Exact,
-    /// `{0, ms, ...}`: the ms is a time (a PTTL or a wait).
+    /// `{0, ms, ...}`: the ms is a time (a PTTL or a wait); so is a bare integer
+    /// (`take.lua`'s busy answer).
     Wait,
     /// An integer that is a time (`PTTL`).
     Ttl,
@@ -180,7 +181,7 @@ pub fn state_diff(server: &State, store: &State) -> Vec<String> {
 pub fn close_reply(server: &Reply, store: &Reply, shape: Shape) -> bool {
     match (server, store, shape) {
         (Reply::Error(a), Reply::Error(b), _) => a.split(' ').next() == b.split(' ').next(),
-        (Reply::Int(a), Reply::Int(b), Shape::Ttl) => close_ttl(*a, *b),
+        (Reply::Int(a), Reply::Int(b), Shape::Ttl | Shape::Wait) => close_ttl(*a, *b),
         (Reply::Array(a), Reply::Array(b), Shape::Wait)
             if a.len() == b.len()
                 && a.len() >= 2

@@ -107,6 +107,50 @@ fn acquire(r: &mut Rng) -> Call {
         .shape(Shape::Wait)
 }
 
+/// `take.lua`: the line and the turn named or not, as a waiting call with turns on or a
+/// single try sends it.
+fn take(r: &mut Rng) -> Call {
+    let name = r.pick(&NAMES);
+    let c = script!("take").key(name);
+    let c = if r.chance(70) {
+        c.key(clients_key(name)).key(turn_key(name))
+    } else {
+        c
+    };
+    c.arg(lease(r)).arg(field(r)).shape(Shape::Wait)
+}
+
+/// `release.lua`, with `PUBLISH` or `SPUBLISH` as its first line, turns on or off.
+fn release(r: &mut Rng, s: &Store) -> Call {
+    static SHARDED: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    let name = r.pick(&NAMES);
+    let holding = holder(r, s, name, any, field);
+    let mut c = script!("release");
+    if r.chance(25) {
+        c.source = SHARDED.get_or_init(|| {
+            let plain = c.source.replacen("'publish'", "'spublish'", 1);
+            Box::leak(plain.into_boxed_str())
+        });
+    }
+    let turns = r.chance(70);
+    let c = c
+        .key(name)
+        .key(channel_name(name))
+        .key(latch("redisson_unlock_latch", name, r));
+    let c = match turns {
+        true => c.key(clients_key(name)).key(turn_key(name)),
+        false => c,
+    };
+    let c = (c.arg(holding))
+        .arg(r.pick(&["1", "1", "2"]))
+        .arg(r.pick(&["0", "30000"]))
+        .arg(latch_ttl(r));
+    match turns {
+        true => c.arg(r.pick(&["100", "3000"])),
+        false => c,
+    }
+}
+
 fn unlock_flags(r: &mut Rng) -> String {
     let mut flags = letters(r, &[('r', 15), ('F', 25), ('g', 25), ('e', 20)]);
     flags += publish(r).strip_suffix("publish").unwrap_or("");
@@ -188,7 +232,9 @@ fn toggle(r: &mut Rng, channels: &[String]) -> Step {
 #[derive(Clone, Copy)]
 enum Plain {
     Acquire,
+    Take,
     Unlock,
+    Release,
     Renew,
     Force,
     Leave,
@@ -201,8 +247,10 @@ enum Plain {
 pub fn plain_step(r: &mut Rng, s: &Store) -> Step {
     use Plain::*;
     let kind = r.weighted(&[
-        (35, Acquire),
-        (30, Unlock),
+        (20, Acquire),
+        (15, Take),
+        (18, Unlock),
+        (12, Release),
         (8, Renew),
         (3, Force),
         (3, Leave),
@@ -212,7 +260,9 @@ pub fn plain_step(r: &mut Rng, s: &Store) -> Step {
     ]);
     match kind {
         Acquire => Step::Call(acquire(r)),
+        Take => Step::Call(take(r)),
         Unlock => Step::Call(unlock(r, s)),
+        Release => Step::Call(release(r, s)),
         Renew => Step::Call(renew(r, s, &NAMES, field)),
         Force => Step::Call(force_unlock(r)),
         Leave => Step::Call(command(&["lrem", &clients_key("a"), "0", r.pick(&CLIENTS)])),

@@ -1,0 +1,56 @@
+-- Prepended to the scripts that release a plain lock (docs/protocol.md 2.2, 2.6).
+-- A write that only a hand-over or a hint needs goes through this: out of memory
+-- ('maxmemory', 'noeviction') Redis refuses it, and the release must then go on as a
+-- plain published one, which writes nothing that could be refused.
+local function try_write(...)
+    local reply = redis.pcall(...)
+    return not (type(reply) == 'table' and reply.err)
+end
+-- The last hold's release, published with `publish` on `channel`; `line` and `turn` are
+-- false with turns off. The first client in the line gets the turn for `window` ms, and
+-- leaves the line; `me` (the releasing client) at its front goes to the back instead,
+-- and the turn to the client after it. Returns nil, or the error reply when the
+-- publish was refused.
+local function publish_release(hash, channel, line, turn, me, window, publish)
+    local next_client = false
+    if line then
+        next_client = redis.call('lindex', line, 0)
+        if next_client == me then
+            -- This client's own run of hand-overs ended with its waiters still in
+            -- line: a turn of its own would only hold the others off while its waiters
+            -- hold back.
+            local second = redis.call('lindex', line, 1)
+            if second then
+                -- The list keeps at least one entry, so it keeps its TTL.
+                redis.call('lpop', line)
+                try_write('rpush', line, me)
+            end
+            next_client = second
+        end
+    end
+    -- The turn is named before the unlock message, on the lock's own channel, so that
+    -- a subscriber gets both in this order on one subscription. Redisson's subscribers
+    -- decode every message there as an integer and act only on 0 and 1, so the client
+    -- is named by a number: 2^48 plus the first 48 bits of its id (its first 12 hex
+    -- digits). It is only a hint, so a refusal is ignored.
+    if next_client then
+        local bits = tonumber(string.sub(next_client, 1, 8) .. string.sub(next_client, 10, 13), 16)
+        if bits then
+            redis.pcall(publish, channel, string.format('%.0f', 281474976710656 + bits))
+        end
+    end
+    -- PUBLISH before any write: a publish refused by ACL then leaves the lock as it was,
+    -- instead of a lock released that no waiter hears of. The refusal is given the
+    -- NOPERM code: servers word it differently, and Redis 7.0 reports it as a plain ERR.
+    local sent = redis.pcall(publish, channel, '0')
+    if type(sent) == 'table' and sent.err then
+        return redis.error_reply('NOPERM publish refused: ' .. sent.err)
+    end
+    redis.call('del', hash)
+    if next_client then
+        redis.call('lpop', line)
+        -- Only a hint for the waiters (2.6): out of memory, the release stands without it.
+        try_write('set', turn, next_client, 'px', window)
+    end
+    return nil
+end
