@@ -87,7 +87,10 @@ impl Floor {
             .await
             .unwrap();
         assert!(r.is_none(), "uncontended");
-        let latch = format!("redisson_unlock_latch:{{{}}}:{}{i:016x}", self.name, self.field);
+        let latch = format!(
+            "redisson_unlock_latch:{{{}}}:{}{i:016x}",
+            self.name, self.field
+        );
         let _: Option<i64> = (self.unlock.key(&self.name))
             .key(&self.channel)
             .key(&latch)

@@ -6,6 +6,21 @@ local function try_write(...)
     local reply = redis.pcall(...)
     return not (type(reply) == 'table' and reply.err)
 end
+-- Whether `channel` has a subscriber that is neither a client in `line` nor `me`: a
+-- Redisson waiter, a client of this crate with turns off, or one that lingers after its
+-- last waiter (which costs the turn's client a short pause, nothing more). A count the
+-- server will not give is taken as no: the turn goes on as before.
+local function others_listen(channel, line, me, publish)
+    local counts = redis.pcall('pubsub', publish == 'spublish' and 'shardnumsub' or 'numsub', channel)
+    if type(counts) ~= 'table' or counts.err then
+        return false
+    end
+    local known = redis.call('llen', line)
+    if not redis.call('lpos', line, me) then
+        known = known + 1
+    end
+    return tonumber(counts[2]) > known
+end
 -- The last hold's release, published with `publish` on `channel`; `line` and `turn` are
 -- false with turns off. The first client in the line gets the turn for `window` ms, and
 -- leaves the line; `me` (the releasing client) at its front goes to the back instead,
@@ -32,11 +47,17 @@ local function publish_release(hash, channel, line, turn, me, window, publish)
     -- a subscriber gets both in this order on one subscription. Redisson's subscribers
     -- decode every message there as an integer and act only on 0 and 1, so the client
     -- is named by a number: 2^48 plus the first 48 bits of its id (its first 12 hex
-    -- digits). It is only a hint, so a refusal is ignored.
+    -- digits). From 2^49 on, the number also asks that client to let a subscriber from
+    -- outside the line try first (a Redisson waiter, which the line cannot hold). It is
+    -- only a hint, so a refusal is ignored.
     if next_client then
         local bits = tonumber(string.sub(next_client, 1, 8) .. string.sub(next_client, 10, 13), 16)
         if bits then
-            redis.pcall(publish, channel, string.format('%.0f', 281474976710656 + bits))
+            local base = 281474976710656
+            if others_listen(channel, line, me, publish) then
+                base = 562949953421312
+            end
+            redis.pcall(publish, channel, string.format('%.0f', base + bits))
         end
     end
     -- PUBLISH before any write: a publish refused by ACL then leaves the lock as it was,

@@ -452,8 +452,10 @@ impl HubShared {
             match message {
                 // A turn is only a hint (a client with turns off has no use for it), and
                 // a force unlock's unlock message comes right behind its event.
-                TurnMessage::Turn(n) if entry.turns => return self.on_turn(&entry, n),
-                TurnMessage::Turn(_) | TurnMessage::ForceEvent => return,
+                TurnMessage::Turn { client, yields } if entry.turns => {
+                    return self.on_turn(&entry, client, yields)
+                }
+                TurnMessage::Turn { .. } | TurnMessage::ForceEvent => return,
                 TurnMessage::Other => {}
             }
             // Redisson's lock sends "0": one waiter per name may go. On a read-write
@@ -467,7 +469,7 @@ impl HubShared {
                 entry.wake_all();
             } else if self.for_another_turn(&entry) {
                 self.stats.count(Event::TurnDeferred);
-            } else {
+            } else if !self.yield_first(&entry) {
                 entry.wake_each_name();
             }
         }

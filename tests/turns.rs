@@ -789,3 +789,69 @@ async fn a_run_that_ends_gives_the_turn_to_the_next_client() {
         b1 - second
     );
 }
+
+/// The messages a release publishes on `channel`, heard by one more subscriber.
+fn release_heard(s: &RedisServer, name: &str, field: &str, strangers: usize) -> Vec<String> {
+    let channel = redis_rlock::protocol::channel_name(name);
+    let mut listeners: Vec<redis::Connection> = (0..1 + strangers).map(|_| s.conn()).collect();
+    for l in &mut listeners {
+        redis::cmd("SUBSCRIBE").arg(&channel).exec(l).unwrap();
+    }
+    let src = redis_rlock::protocol::script_source("release.lua").unwrap();
+    let released: i64 = redis::cmd("EVAL")
+        .arg(src)
+        .arg(5)
+        .arg(name)
+        .arg(&channel)
+        .arg(format!("redisson_unlock_latch:{{{name}}}:r1"))
+        .arg(redis_rlock::protocol::clients_key(name))
+        .arg(redis_rlock::protocol::turn_key(name))
+        .arg(field)
+        .arg(1)
+        .arg(0)
+        .arg(10_000)
+        .arg(10)
+        .query(&mut s.conn())
+        .unwrap();
+    assert_eq!(released, 1, "published");
+    let mut pubsub = listeners[0].as_pubsub();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    (0..2)
+        .map(|_| pubsub.get_message().unwrap().get_payload().unwrap())
+        .collect()
+}
+
+/// A release that gives a client the turn while the channel has a subscriber that is no
+/// client in the line nor the releasing one (a Redisson waiter, which has no place in
+/// the line) asks that client to let it try first: the turn message is 2^49 + n instead
+/// of 2^48 + n. The subscriber counted as the turn's client is the test's listener.
+#[test]
+fn a_turn_given_while_a_stranger_listens_asks_its_client_to_yield() {
+    let s = RedisServer::start();
+    let (a, b) = (
+        "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa",
+        "bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb",
+    );
+    let turn: u64 = redis_rlock::protocol::turn_message(b)
+        .unwrap()
+        .parse()
+        .unwrap();
+    for (strangers, expected) in [(0, turn), (1, turn), (2, turn + (1 << 48))] {
+        let name = format!("yield:{strangers}");
+        let field = format!("{a}:1");
+        let _: () = s.cmd(&["HSET", &name, &field, "1"]);
+        let _: () = s.cmd(&["PEXPIRE", &name, "10000"]);
+        let line = redis_rlock::protocol::clients_key(&name);
+        let _: () = s.cmd(&["RPUSH", &line, b]);
+        let _: () = s.cmd(&["PEXPIRE", &line, "10000"]);
+        // Known: b in line, and a (the releasing client, not in line) counted as one.
+        let heard = release_heard(&s, &name, &field, strangers);
+        assert_eq!(
+            heard,
+            [expected.to_string(), "0".to_string()],
+            "{strangers} strangers"
+        );
+    }
+}

@@ -15,12 +15,21 @@ use super::{ChannelEntry, HubShared};
 /// its only waiter wins, and subscribe again (a round trip before its next wait) at once.
 pub(crate) const LINGER: Duration = Duration::from_millis(200);
 
+/// How long a client whose turn came with a subscriber outside the line (a Redisson
+/// waiter, which the line cannot hold) lets that subscriber try first. Redisson's waiter
+/// acts on the same unlock message: a loopback or LAN round trip is well within it, and
+/// the actor's timers tick in milliseconds.
+pub(crate) const YIELD: Duration = Duration::from_millis(1);
+
 pub(super) enum Timer {
     /// The turn announced as `gen` ran out: unless the channel heard of its use since,
     /// the lock may be free with nobody told.
     Lapse(Weak<ChannelEntry>, u64),
     /// The channel lost its last waiter at the time set; unsubscribe if it still has none.
     Linger(Arc<str>),
+    /// The unlock message counted as `gen`, held back for [`YIELD`]: wake the waiters,
+    /// unless another message woke them since.
+    Yield(Weak<ChannelEntry>, u64),
 }
 
 /// Whose turn a channel's last turn message named, and whether the unlock message right
@@ -40,6 +49,9 @@ pub(super) struct TurnState {
     /// The last wake-up on the channel was a turn's end, not a release: the turn may have
     /// been used, so a waiter it woke asks whether the lock is held before it tries.
     lapsed: bool,
+    /// The last turn message gave this client the turn and asked it to yield first: the
+    /// unlock message behind it wakes its waiters [`YIELD`] late.
+    yield_first: bool,
 }
 
 impl ChannelEntry {
@@ -58,13 +70,15 @@ impl ChannelEntry {
 impl HubShared {
     /// A turn message on a lock's channel: the turn of the client numbered `client`
     /// has begun.
-    pub(super) fn on_turn(&self, entry: &Arc<ChannelEntry>, client: u64) {
+    pub(super) fn on_turn(&self, entry: &Arc<ChannelEntry>, client: u64, yields: bool) {
         let mut t = entry.turn.lock();
         t.gen += 1;
         t.lapsed = false;
+        t.yield_first = false;
         if Some(client) == self.me {
             t.suppress_until = None;
             t.lapse_pending = false;
+            t.yield_first = yields;
             return;
         }
         let now = Instant::now();
@@ -94,6 +108,22 @@ impl HubShared {
             t.lapsed = false;
         }
         another
+    }
+
+    /// An unlock message behind this client's own turn, which asked it to yield first:
+    /// its waiters are woken [`YIELD`] late, by a timer. Whether it was.
+    pub(super) fn yield_first(&self, entry: &Arc<ChannelEntry>) -> bool {
+        let mut t = entry.turn.lock();
+        if !std::mem::take(&mut t.yield_first) {
+            return false;
+        }
+        let gen = t.gen;
+        drop(t);
+        let at = Instant::now() + YIELD;
+        self.timers
+            .lock()
+            .push((at, Timer::Yield(Arc::downgrade(entry), gen)));
+        true
     }
 
     /// Whether `channel`'s hub heard another client's turn announced and will wake its
@@ -131,6 +161,15 @@ impl HubShared {
                             drop(t);
                             entry.wake_each_name();
                         }
+                    }
+                }
+                Timer::Yield(entry, gen) => {
+                    let Some(entry) = entry.upgrade() else {
+                        continue;
+                    };
+                    let current = entry.turn.lock().gen == gen;
+                    if current {
+                        entry.wake_each_name();
                     }
                 }
                 Timer::Linger(channel) => {

@@ -90,7 +90,19 @@ fn turn_messages_are_integers_of_their_own_range() {
     assert_eq!(m, ((1u64 << 48) + 0x5f90_d60b_db4d).to_string());
     assert_eq!(
         TurnMessage::of(m.as_bytes()),
-        TurnMessage::Turn(m.parse().unwrap())
+        TurnMessage::Turn {
+            client: m.parse().unwrap(),
+            yields: false
+        }
+    );
+    // The same turn, asking the client to let a subscriber outside the line go first.
+    let yielding = (m.parse::<u64>().unwrap() + (1 << 48)).to_string();
+    assert_eq!(
+        TurnMessage::of(yielding.as_bytes()),
+        TurnMessage::Turn {
+            client: m.parse().unwrap(),
+            yields: true
+        }
     );
     assert_eq!(TurnMessage::number_of(id), Some(m.parse().unwrap()));
     let other = turn_message("5f90d60b-db4e-4f3a-a845-e19f55a73e88").unwrap();
@@ -111,10 +123,9 @@ fn turn_messages_are_integers_of_their_own_range() {
     ] {
         assert_eq!(turn_message(bad), None, "{bad:?}");
     }
-    for other in ["0", "1", FORCE_UNLOCK_EVENT, "taken", "562949953421312"] {
-        assert_ne!(TurnMessage::of(other.as_bytes()), TurnMessage::Turn(0));
+    for other in ["0", "1", FORCE_UNLOCK_EVENT, "taken", "844424930131968"] {
         assert!(
-            !matches!(TurnMessage::of(other.as_bytes()), TurnMessage::Turn(_)),
+            !matches!(TurnMessage::of(other.as_bytes()), TurnMessage::Turn { .. }),
             "{other}"
         );
     }

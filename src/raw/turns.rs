@@ -52,12 +52,17 @@ pub fn turn_message(client_id: &str) -> Option<String> {
 }
 
 const TURN_BASE: u64 = 1 << 48;
+/// A turn message from here on also asks its client to let a subscriber from outside the
+/// line try first: `YIELD_BASE` + the 48 bits (`lua/published.lua`).
+const YIELD_BASE: u64 = 1 << 49;
 
 /// What a message on a plain lock's channel is, to a client of this crate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TurnMessage {
-    /// A turn given to the client whose turn number this is (see [`turn_message`]).
-    Turn(u64),
+    /// A turn given to the client whose turn number this is (see [`turn_message`]);
+    /// `yields`: the release saw a subscriber outside the line (a Redisson waiter, most
+    /// likely), whom the client lets try first.
+    Turn { client: u64, yields: bool },
     /// The event a force unlock announces before its unlock message.
     ForceEvent,
     /// Anything else: an unlock message (`0`, `1`) or a message no unlock of ours sent.
@@ -73,12 +78,19 @@ impl TurnMessage {
             .ok()
             .and_then(|s| s.parse::<u64>().ok());
         match n {
-            Some(n) if (TURN_BASE..2 * TURN_BASE).contains(&n) => TurnMessage::Turn(n),
+            Some(n) if (TURN_BASE..YIELD_BASE).contains(&n) => TurnMessage::Turn {
+                client: n,
+                yields: false,
+            },
+            Some(n) if (YIELD_BASE..YIELD_BASE + TURN_BASE).contains(&n) => TurnMessage::Turn {
+                client: n - TURN_BASE,
+                yields: true,
+            },
             _ => TurnMessage::Other,
         }
     }
 
-    /// The turn number of `client_id`, as [`TurnMessage::Turn`] carries it.
+    /// The turn number of `client_id`, as [`TurnMessage::Turn`] carries it in `client`.
     pub(crate) fn number_of(client_id: &str) -> Option<u64> {
         turn_message(client_id).and_then(|m| m.parse().ok())
     }
