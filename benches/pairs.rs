@@ -144,21 +144,8 @@ async fn both(url: &str, warm: u64) {
 async fn ours(url: &str, warm: u64, n: u64) {
     let client = redis_rlock::Client::builder(url).build().await.unwrap();
     let lock = client.lock("pairs:0");
-    for _ in 0..warm {
-        lock.lock_with_lease(LEASE)
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
-    }
-    for _ in 0..n {
-        lock.lock_with_lease(LEASE)
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
+    for _ in 0..warm + n {
+        our_pair(&lock).await;
     }
     client.shutdown().await.unwrap();
 }

@@ -13,12 +13,8 @@ pub(super) fn acquire_call(call: &AcquireCall<'_>) -> ScriptCall {
     if takes(call) {
         return take_call(call);
     }
-    ACQUIRE
-        .call()
-        .key(call.name)
-        .key(call.latch)
-        .key_own(turns::CLIENTS, call.name)
-        .key_own(turns::TURN, call.name)
+    let script = ACQUIRE.call().key(call.name).key(call.latch);
+    with_line(script, call.name)
         .key_if(call.fenced, call.token_key)
         .arg(ms(call.lease))
         .arg(call.field)
@@ -45,12 +41,17 @@ fn takes(call: &AcquireCall<'_>) -> bool {
 fn take_call(call: &AcquireCall<'_>) -> ScriptCall {
     let script = TAKE.call().key(call.name);
     let script = match call.waits && !call.turn_window.is_zero() {
-        true => script
-            .key_own(turns::CLIENTS, call.name)
-            .key_own(turns::TURN, call.name),
+        true => with_line(script, call.name),
         false => script,
     };
     script.arg(ms(call.lease)).arg(call.field)
+}
+
+/// `script` with the next two keys: the name's line and its turn (`raw::turns`).
+fn with_line(script: ScriptCall, name: &str) -> ScriptCall {
+    script
+        .key_own(turns::CLIENTS, name)
+        .key_own(turns::TURN, name)
 }
 
 /// The unlock of a plain lock, with its hand-over.
@@ -58,13 +59,12 @@ pub(super) fn release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
     if call.next.is_none() && !call.retry {
         return first_release_call(conn, call);
     }
-    UNLOCK
+    let script = UNLOCK
         .call()
         .key(call.name)
         .key(call.channel)
-        .key(call.latch)
-        .key_own(turns::CLIENTS, call.name)
-        .key_own(turns::TURN, call.name)
+        .key(call.latch);
+    with_line(script, call.name)
         .key_if(call.fenced, call.token_key)
         .arg(call.keep.map(ms).unwrap_or(0))
         .arg(call.field)
@@ -97,9 +97,7 @@ fn first_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .key(call.latch);
     let turns = !call.turn_window.is_zero();
     let script = match turns {
-        true => script
-            .key_own(turns::CLIENTS, call.name)
-            .key_own(turns::TURN, call.name),
+        true => with_line(script, call.name),
         false => script,
     };
     let script = (script.arg(call.field))
