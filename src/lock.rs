@@ -194,11 +194,11 @@ impl Lock {
         self.target.acquire_unbounded(Some(lease)).await
     }
 
-    /// One attempt, no waiting. `Ok(None)` when someone else holds the lock, or, just
-    /// after a release, while it is kept for the turn of another client of this crate
-    /// that waits for it (at most the [turn window](crate::ClientBuilder::turn_window),
-    /// 10 ms by default; see [`docs::protocol`](crate::docs::protocol) 2.6). The lock is
-    /// kept by the watchdog.
+    /// One attempt, no waiting. `Ok(None)` when someone else holds the lock. A free lock
+    /// is taken even during another client's turn (the short window after a release in
+    /// which [waiting calls](Self::lock) of this crate leave the lock to the next client
+    /// in line; see [`docs::protocol`](crate::docs::protocol) 2.6), as Redisson's
+    /// `tryLock()` takes it. The lock is kept by the watchdog.
     ///
     /// # Errors
     ///
