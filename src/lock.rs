@@ -171,7 +171,10 @@ impl Lock {
 
     /// Waits until the lock is taken, with a fixed lease and no watchdog: the lock
     /// expires `lease` after it was taken unless released before. Re-entry adds a hold
-    /// and never shortens a longer lease the holder already has.
+    /// and never shortens a longer lease the holder already has. Taken inside a
+    /// watchdog hold of the same owner, it is covered by that hold; once the watchdog
+    /// holds are all released, the lock ends with this lease (at once, published, if it
+    /// has run out meanwhile).
     ///
     /// # Errors
     ///

@@ -437,3 +437,46 @@ async fn a_java_force_unlock_is_reported_by_lost_and_typed_errors() {
     let e = lock.lock().await.unwrap_err();
     assert!(matches!(e, Error::Closed), "{e:?}");
 }
+
+/// A fixed lease taken inside a watchdog hold, the watchdog hold released first: the
+/// lock must then end with the fixed lease ("expires `lease` after it was taken"), not
+/// stay for the watchdog's 30 s while its guard reports itself lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_left_alone_ends_when_its_lease_does() {
+    let s = RedisServer::start();
+    let client = Client::connect(s.url()).await.unwrap();
+    let other = Client::connect(s.url()).await.unwrap();
+    let lock = client.lock("nu2:left");
+    let outer = lock.lock().await.unwrap();
+    let f = lock
+        .lock_with_lease(Duration::from_millis(600))
+        .await
+        .unwrap();
+    outer.unlock().await.unwrap();
+    let pttl: i64 = s.cmd(&["PTTL", "nu2:left"]);
+    assert!(
+        pttl > 0 && pttl <= 601,
+        "left at the watchdog's lease: {pttl} ms"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(f.is_lost());
+    assert!(other.lock("nu2:left").try_lock().await.unwrap().is_some());
+    drop(f);
+
+    // The fixed lease ran out while the watchdog hold covered it: releasing the watchdog
+    // hold frees the lock at once, and publishes.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let outer = lock.lock().await.unwrap();
+    let f = lock
+        .lock_with_lease(Duration::from_millis(200))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!f.is_lost(), "covered by the watchdog hold");
+    outer.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "nu2:left"]), 0, "held past both");
+    assert!(f.is_lost());
+    assert!(matches!(f.unlock().await, Err(Error::LeaseLost { .. })));
+    client.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
