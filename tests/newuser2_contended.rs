@@ -401,3 +401,31 @@ async fn lock_futures_cut_short_on_a_free_lock_leave_no_hold() {
     client.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }
+
+/// A service on a current-thread runtime (`#[tokio::main(flavor = "current_thread")]`):
+/// its tasks take turns with the lock, and the watchdog keeps a hold that outlives the
+/// lease while the others wait.
+#[tokio::test(flavor = "current_thread")]
+async fn a_current_thread_service_shares_the_lock_and_renews() {
+    let s = RedisServer::start();
+    let client = common::client_with(
+        &s.url(),
+        Duration::from_millis(600),
+        Duration::from_millis(500),
+    )
+    .await;
+    let long = client.lock("nu2:ct").lock().await.unwrap();
+    let counts = {
+        let c = client.clone();
+        let run =
+            tokio::spawn(async move { contend(std::slice::from_ref(&c), "nu2:ct", 3, 20).await });
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert!(!long.is_lost(), "renewed on a current-thread runtime");
+        assert!(!run.is_finished(), "the others waited for the long hold");
+        long.unlock().await.unwrap();
+        run.await.unwrap()
+    };
+    assert_eq!(counts, vec![60]);
+    assert!(client.stats().renewals >= 3, "{:?}", client.stats());
+    client.shutdown().await.unwrap();
+}
