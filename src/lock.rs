@@ -180,7 +180,8 @@ impl Lock {
     ///
     /// As [`lock`](Self::lock), and [`Error::InvalidLease`] or
     /// [`Error::DurationOutOfRange`] for a lease under 1 ms or beyond
-    /// [`MAX_DURATION`](crate::MAX_DURATION).
+    /// [`MAX_DURATION`](crate::MAX_DURATION). A fraction of a millisecond is dropped,
+    /// as Redis keeps leases in whole milliseconds.
     ///
     /// # Time
     ///
