@@ -13,7 +13,7 @@ pub(crate) use waiting::Wait;
 use waiting::{Queued, Step, Waiting};
 
 use crate::attempt::Tried;
-use crate::config::check_lease;
+use crate::config::{check_lease, whole_ms};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::identity::OwnerId;
@@ -51,6 +51,7 @@ impl Target {
         if let Some(l) = lease {
             check_lease(l)?;
         }
+        let lease = lease.map(whole_ms);
         let (owner, field) = self.current_field();
         if self.kind == Kind::Write {
             self.refuse_upgrade(owner)?;

@@ -281,8 +281,11 @@ impl Target {
                 hold.kind,
             )),
             Some(l) => {
-                inner.table.add_fixed(&self.name, &hold.field, hold.kind);
-                GuardKind::Lease { expires: sent + l }
+                let expires = sent + l;
+                inner
+                    .table
+                    .add_fixed(&self.name, &hold.field, hold.kind, expires);
+                GuardKind::Lease { expires }
             }
         };
         self.guard(hold, owner, token, kind)

@@ -156,8 +156,9 @@ impl ClientBuilder {
     ///
     /// Clients of this crate that find a lock busy line up in Redis, one entry per client
     /// (`docs/protocol.md` 2.6). A release that is published (not handed to a task of the
-    /// releasing client) gives the turn to the client first in line: for this long, only
-    /// that client's waiter may take the free lock, and the others wait. Without it the
+    /// releasing client) gives the turn to the client first in line: for this long, the
+    /// waiting calls of other clients leave the free lock to that client's waiter (a
+    /// single [`try_lock`](crate::Lock::try_lock) takes it all the same). Without it the
     /// lock goes to whichever process answers the message first, which is the one that
     /// was already running (in tests one process of four took 98% of the grants). A
     /// client whose turn it is but that no longer waits costs the others this window

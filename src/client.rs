@@ -60,6 +60,7 @@ impl ClientBuilder {
                 config.watchdog_timeout
             )));
         }
+        config.watchdog_timeout = crate::config::whole_ms(config.watchdog_timeout);
         for (what, d) in [
             ("connect timeout", config.connect_timeout),
             ("response timeout", config.response_timeout),

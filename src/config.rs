@@ -294,6 +294,13 @@ pub(crate) fn check_duration(what: &'static str, d: Duration) -> Result<()> {
     Ok(())
 }
 
+/// `d` without its fraction of a millisecond. Redis keeps a lease in whole milliseconds,
+/// so a guard that counted the fraction too would think itself held up to 1 ms after
+/// its key expired.
+pub(crate) fn whole_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 pub(crate) fn check_lease(lease: Duration) -> Result<()> {
     if lease.is_zero() {
         return Err(Error::InvalidLease {

@@ -171,13 +171,17 @@ impl Lock {
 
     /// Waits until the lock is taken, with a fixed lease and no watchdog: the lock
     /// expires `lease` after it was taken unless released before. Re-entry adds a hold
-    /// and never shortens a longer lease the holder already has.
+    /// and never shortens a longer lease the holder already has. Taken inside a
+    /// watchdog hold of the same owner, it is covered by that hold; once the watchdog
+    /// holds are all released, the lock ends with this lease (at once, published, if it
+    /// has run out meanwhile).
     ///
     /// # Errors
     ///
     /// As [`lock`](Self::lock), and [`Error::InvalidLease`] or
     /// [`Error::DurationOutOfRange`] for a lease under 1 ms or beyond
-    /// [`MAX_DURATION`](crate::MAX_DURATION).
+    /// [`MAX_DURATION`](crate::MAX_DURATION). A fraction of a millisecond is dropped,
+    /// as Redis keeps leases in whole milliseconds.
     ///
     /// # Time
     ///
@@ -194,11 +198,11 @@ impl Lock {
         self.target.acquire_unbounded(Some(lease)).await
     }
 
-    /// One attempt, no waiting. `Ok(None)` when someone else holds the lock, or, just
-    /// after a release, while it is kept for the turn of another client of this crate
-    /// that waits for it (at most the [turn window](crate::ClientBuilder::turn_window),
-    /// 10 ms by default; see [`docs::protocol`](crate::docs::protocol) 2.6). The lock is
-    /// kept by the watchdog.
+    /// One attempt, no waiting. `Ok(None)` when someone else holds the lock. A free lock
+    /// is taken even during another client's turn (the short window after a release in
+    /// which [waiting calls](Self::lock) of this crate leave the lock to the next client
+    /// in line; see [`docs::protocol`](crate::docs::protocol) 2.6), as Redisson's
+    /// `tryLock()` takes it. The lock is kept by the watchdog.
     ///
     /// # Errors
     ///

@@ -32,7 +32,8 @@ pub struct Stats {
     /// Releases handed straight to a waiting task of this client.
     pub handovers: u64,
     /// Waiters woken by a message on their channel: an unlock, a semaphore's release or
-    /// a latch's count (or by a reconnect, to check again).
+    /// a latch's count; or when the pub/sub connection is made, the first time included,
+    /// so that each waiter of the client then checks again (one more busy attempt each).
     pub wakeups: u64,
     /// Times the pub/sub connection was (re)established.
     pub pubsub_connects: u64,

@@ -103,8 +103,9 @@ struct Holder {
     /// The layout of the holds (set when one is taken; a field holds one kind).
     kind: Kind,
     watched: Option<Watched>,
-    /// Fixed-lease guards alive.
+    /// Fixed-lease guards alive, and when the last of their leases ends.
     fixed: u32,
+    fixed_until: Option<Instant>,
     /// Requests that change the field's holds, in flight.
     in_flight: u32,
     /// Told when `in_flight` drops to 0; made only when someone waits for that.
@@ -123,6 +124,7 @@ impl Default for Holder {
             kind: Kind::Plain,
             watched: None,
             fixed: 0,
+            fixed_until: None,
             in_flight: 0,
             settled: None,
             unanswered: Vec::new(),

@@ -123,11 +123,18 @@ impl Table {
         })
     }
 
-    /// Records a fixed-lease hold taken in Redis.
-    pub(crate) fn add_fixed(&self, name: &Arc<str>, field: &Arc<str>, kind: Kind) {
+    /// Records a fixed-lease hold taken in Redis, whose lease ends at `expires`.
+    pub(crate) fn add_fixed(
+        &self,
+        name: &Arc<str>,
+        field: &Arc<str>,
+        kind: Kind,
+        expires: Instant,
+    ) {
         self.with_holder(name, field, |h, _| {
             h.kind = kind;
             h.fixed += 1;
+            h.fixed_until = h.fixed_until.max(Some(expires));
         });
     }
 
@@ -149,9 +156,29 @@ impl Table {
             let plan = if w.guards == 1 {
                 let remote = w.remote;
                 h.watched = None;
-                Handback::Send {
-                    holds: remote,
-                    keep: None,
+                // Fixed leases left of a plain lock: the key ends with the last of them,
+                // not a watchdog lease later; one already run out is given back too.
+                let left = h
+                    .fixed_until
+                    .map(|t| t.saturating_duration_since(Instant::now()));
+                match left {
+                    Some(left) if h.fixed > 0 && h.kind == Kind::Plain => {
+                        if left.is_zero() {
+                            let holds = remote + std::mem::take(&mut h.fixed);
+                            h.fixed_until = None;
+                            Handback::Send { holds, keep: None }
+                        } else {
+                            let keep = Some(left + Duration::from_millis(1));
+                            Handback::Send {
+                                holds: remote,
+                                keep,
+                            }
+                        }
+                    }
+                    _ => Handback::Send {
+                        holds: remote,
+                        keep: None,
+                    },
                 }
             } else if w.guards > w.remote {
                 // Guards are interchangeable: one of the local re-entries ends.
@@ -184,6 +211,9 @@ impl Table {
     ) -> Handback {
         self.with_holder(name, field, |h, _| {
             h.fixed = h.fixed.saturating_sub(1);
+            if h.fixed == 0 {
+                h.fixed_until = None;
+            }
             // A watchdog hold of the field taken before the lease ran out has renewed the
             // key since: the fixed hold is still counted in it.
             let covered = h

@@ -43,7 +43,7 @@ async fn an_entry_goes_once_nothing_is_left_in_it() {
         0,
         Kind::Plain,
     );
-    t.add_fixed(&n, &f, Kind::Plain);
+    t.add_fixed(&n, &f, Kind::Plain, Instant::now() + Duration::from_secs(1));
     assert!(t.holds(&n, &f));
     assert!(matches!(
         t.begin_acquire(&n, &f, true, false, false),
@@ -51,12 +51,13 @@ async fn an_entry_goes_once_nothing_is_left_in_it() {
     ));
     assert_eq!(t.local_holds(&n, &f), 1);
     assert!(matches!(t.release_watched(&e, false), Handback::Local));
+    // The fixed lease left sets the key's TTL to what remains of it.
     assert!(matches!(
         t.release_watched(&e, false),
         Handback::Send {
             holds: 1,
-            keep: None
-        }
+            keep: Some(k)
+        } if k > Duration::ZERO && k <= Duration::from_millis(1_001)
     ));
     assert!(matches!(
         t.release_fixed(&n, &f, Instant::now() + Duration::from_secs(1)),
@@ -101,7 +102,7 @@ async fn an_emptied_entry_reused_for_another_name_carries_nothing_over() {
         Duration::from_millis(5),
     ));
     let (a, b, f): (Arc<str>, Arc<str>, Arc<str>) = ("a".into(), "b".into(), "f".into());
-    t.add_fixed(&a, &f, Kind::Write);
+    t.add_fixed(&a, &f, Kind::Write, Instant::now() + Duration::from_secs(1));
     // A run of hand-overs that stopped counting leaves the entry empty, not new.
     // Its run began at the policy clock's origin, at least 10 ms ago.
     let _ = crate::queue::since_origin(Instant::now());
@@ -133,7 +134,7 @@ async fn an_emptied_entry_reused_for_another_name_carries_nothing_over() {
     let c: Arc<str> = "c".into();
     let fields: Vec<Arc<str>> = (0..100).map(|i| format!("f{i}").into()).collect();
     for f in &fields {
-        t.add_fixed(&c, f, Kind::Read);
+        t.add_fixed(&c, f, Kind::Read, Instant::now() + Duration::from_secs(1));
     }
     for f in &fields {
         t.release_fixed(&c, f, Instant::now() + Duration::from_secs(1));
