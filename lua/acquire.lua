@@ -96,8 +96,14 @@ if fresh and turns and waits then
     -- turn of its own would never come, and a try_lock() loop would starve.
     turn = redis.call('get', KEYS[4])
     if turn and turn ~= me then
-        wait_in_line()
-        return {0, redis.call('pttl', KEYS[4]), 1}
+        -- A value without a TTL is no turn (every turn has its window): foreign data,
+        -- which would hold every waiting call off for ever.
+        local left = redis.call('pttl', KEYS[4])
+        if left > 0 then
+            wait_in_line()
+            return {0, left, 1}
+        end
+        turn = false
     end
 end
 if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then

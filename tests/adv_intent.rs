@@ -249,3 +249,104 @@ async fn a_stranger_behind_a_holder_that_never_waited_is_yielded_to() {
          subscribed), yet the turn message asked b for no yield ({plain} is a plain turn)"
     );
 }
+
+/// Application data at the line or the turn key, met by `take.lua` (a waiting call's
+/// first send: the line when the lock is busy, the turn when it is free) and by
+/// `release.lua` (a published release reads the line): each call answers a typed error
+/// or goes on, never `Error::Redis`, a panic or a hang, and a release that refuses
+/// leaves no hold behind it that nobody would give back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_data_at_the_line_or_turn_key_gets_a_typed_answer() {
+    let s = RedisServer::start();
+    let c = Client::builder(s.url()).build().await.unwrap();
+    let other = Client::builder(s.url()).build().await.unwrap();
+    let t = Duration::from_secs(5);
+    let mut bad = Vec::new();
+    let untyped = |e: &redis_rlock::Error| {
+        matches!(
+            e,
+            redis_rlock::Error::Redis(_) | redis_rlock::Error::Timeout { .. }
+        )
+    };
+    let foreign: [(&str, &[&str]); 3] = [
+        ("text", &["SET", "K", "abc"]),
+        ("hash", &["HSET", "K", "f", "1"]),
+        ("zset", &["ZADD", "K", "1", "m"]),
+    ];
+    for (kind, make) in foreign {
+        for (what, key_of) in [
+            ("line", clients_key as fn(&str) -> String),
+            ("turn", turn_key),
+        ] {
+            let name = format!("adv:foreign:{what}:{kind}");
+            let key = key_of(&name);
+            let mut cmd: Vec<&str> = make.to_vec();
+            cmd[1] = &key;
+            let _: () = s.cmd(&cmd);
+            // A waiting call on a busy lock (take.lua joins the line).
+            // (A string at the turn key, which has no TTL, used to hold every waiting
+            // call off for ever: each try answered "another client's turn", PTTL -1.)
+            let held = match tokio::time::timeout(t, other.lock(&name).lock()).await {
+                Ok(Ok(g)) => g,
+                Ok(Err(e)) => {
+                    if untyped(&e) {
+                        bad.push(format!("{what} {kind}: lock() on a free lock {e:?}"));
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    bad.push(format!("{what} {kind}: lock() on a free lock hangs"));
+                    continue;
+                }
+            };
+            let r = tokio::time::timeout(
+                t,
+                c.lock(&name).try_lock_for(Duration::from_millis(50), None),
+            )
+            .await;
+            match r {
+                Err(_) => bad.push(format!("{what} {kind}: busy wait hangs")),
+                Ok(Err(e)) if untyped(&e) => bad.push(format!("{what} {kind}: busy {e:?}")),
+                _ => {}
+            }
+            // The release of a lock whose line or turn key is foreign (release.lua).
+            match tokio::time::timeout(t, held.unlock()).await {
+                Err(_) => bad.push(format!("{what} {kind}: unlock hangs")),
+                Ok(Err(e)) if untyped(&e) => bad.push(format!("{what} {kind}: unlock {e:?}")),
+                Ok(Err(_)) => {
+                    if s.cmd::<i64>(&["EXISTS", &name]) == 1 {
+                        let ttl = s.cmd::<i64>(&["PTTL", &name]);
+                        bad.push(format!(
+                            "{what} {kind}: unlock refused, the hold stays (PTTL {ttl} ms)"
+                        ));
+                        let _: i64 = s.cmd(&["DEL", &name]);
+                    }
+                }
+                Ok(Ok(())) => {}
+            }
+            // A waiting call on a free lock (take.lua reads the turn).
+            let r = tokio::time::timeout(
+                t,
+                c.lock(&name).try_lock_for(Duration::from_millis(50), None),
+            )
+            .await;
+            match r {
+                Err(_) => bad.push(format!("{what} {kind}: free wait hangs")),
+                Ok(Err(e)) if untyped(&e) => bad.push(format!("{what} {kind}: free {e:?}")),
+                Ok(Ok(Some(g))) => g.unlock().await.unwrap_or_else(|e| {
+                    bad.push(format!("{what} {kind}: unlock after free grant {e:?}"))
+                }),
+                _ => {}
+            }
+            let after: String = s.cmd(&["TYPE", &key]);
+            let expected = match kind {
+                "text" => "string",
+                k => k,
+            };
+            if after != expected {
+                bad.push(format!("{what} {kind}: the foreign key became a {after}"));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
