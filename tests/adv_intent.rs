@@ -165,7 +165,11 @@ async fn a_yield_voided_by_another_turn_still_wakes_the_waiter() {
             got = Some(waiter.await.unwrap());
             break;
         }
-        let (holder, next) = if cycles % 2 == 0 { (C, E) } else { (E, C) };
+        let (holder, next) = if cycles.is_multiple_of(2) {
+            (C, E)
+        } else {
+            (E, C)
+        };
         let field = format!("{holder}:1");
         let mut p = redis::pipe();
         p.atomic();
