@@ -96,8 +96,14 @@ if fresh and turns and waits then
     -- turn of its own would never come, and a try_lock() loop would starve.
     turn = redis.call('get', KEYS[4])
     if turn and turn ~= me then
-        wait_in_line()
-        return {0, redis.call('pttl', KEYS[4]), 1}
+        -- A value without a TTL is no turn (every turn has its window): foreign data,
+        -- which would hold every waiting call off for ever.
+        local left = redis.call('pttl', KEYS[4])
+        if left > 0 then
+            wait_in_line()
+            return {0, left, 1}
+        end
+        turn = false
     end
 end
 if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
@@ -117,19 +123,22 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     if fresh or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
         redis.call('pexpire', KEYS[1], ARGV[1])
     end
+    -- The grant is written and a script is not rolled back: the line's bookkeeping
+    -- below goes through pcall, so that foreign data at the line's key cannot turn a
+    -- grant into an error reply that leaves its hold to nobody.
     if turn then
         -- This client's turn is used. The release took it out of the line, but a busy
         -- answer since (a Redisson client took the lock first) may have put it back.
         redis.call('del', KEYS[4])
         if line == 'keep' then
-            wait_in_line()
+            pcall(wait_in_line)
         elseif line == 'leave' then
-            redis.call('lrem', KEYS[3], 1, me)
+            redis.pcall('lrem', KEYS[3], 1, me)
         end
     elseif fresh and turns and line == 'leave' then
-        redis.call('lrem', KEYS[3], 1, me)
+        redis.pcall('lrem', KEYS[3], 1, me)
     elseif fresh and turns and line == 'keep' then
-        wait_in_line()
+        pcall(wait_in_line)
     end
     -- A first grant to a client that held nothing is recognised on retry by its field;
     -- anything else (a re-entry) could not be told from an earlier hold, so it is latched.

@@ -29,8 +29,12 @@ end
 local function publish_release(hash, channel, line, turn, me, window, publish)
     local next_client = false
     if line then
-        next_client = redis.call('lindex', line, 0)
-        if next_client == me then
+        -- Foreign data at the line's key (no list) gives no line: the release goes on as
+        -- with turns off, where an error would leave the hold to run out with its lease.
+        next_client = redis.pcall('lindex', line, 0)
+        if type(next_client) == 'table' then
+            next_client = false
+        elseif next_client == me then
             -- This client's own run of hand-overs ended with its waiters still in
             -- line: a turn of its own would only hold the others off while its waiters
             -- hold back.

@@ -18,12 +18,18 @@ if redis.call('exists', KEYS[1]) == 0 then
         local me = string.sub(ARGV[2], 1, 36)
         if turn ~= me then
             -- A release gave the next turn to the client first in line: wait for it to
-            -- take the lock, in line, at most until the turn runs out.
-            join_line(KEYS[2], me, ARGV[1])
-            return {0, redis.call('pttl', KEYS[3]), 1}
+            -- take the lock, in line, at most until the turn runs out. Every turn is set
+            -- with its window: a value without a TTL is no turn (foreign data), and
+            -- would hold every waiting call off for ever.
+            local left = redis.call('pttl', KEYS[3])
+            if left > 0 then
+                join_line(KEYS[2], me, ARGV[1])
+                return {0, left, 1}
+            end
+        else
+            -- This client's own turn, with none of its waiters left in line: used up.
+            redis.call('del', KEYS[3])
         end
-        -- This client's own turn, with none of its waiters left in line: used up.
-        redis.call('del', KEYS[3])
     end
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])

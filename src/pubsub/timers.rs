@@ -27,8 +27,11 @@ pub(super) enum Timer {
     Lapse(Weak<ChannelEntry>, u64),
     /// The channel lost its last waiter at the time set; unsubscribe if it still has none.
     Linger(Arc<str>),
-    /// The unlock message counted as `gen`, held back for [`YIELD`]: wake the waiters,
-    /// unless another message woke them since.
+    /// The unlock message counted as `wakes`, held back for [`YIELD`]: wake the waiters,
+    /// unless a later release or lapse woke them since. Another client's turn announced
+    /// meanwhile does not void it: the unlock message behind that turn wakes nobody here,
+    /// and the waiter, out of the line since its turn, would otherwise sleep until its
+    /// last busy answer's PTTL (`adv_intent::a_yield_voided_by_another_turn_still_wakes_the_waiter`).
     Yield(Weak<ChannelEntry>, u64),
 }
 
@@ -52,6 +55,9 @@ pub(super) struct TurnState {
     /// The last turn message gave this client the turn and asked it to yield first: the
     /// unlock message behind it wakes its waiters [`YIELD`] late.
     yield_first: bool,
+    /// Counts the wake-ups a release or a lapse gave (turn messages do not): a yield
+    /// timer whose count moved on is void.
+    wakes: u64,
 }
 
 impl ChannelEntry {
@@ -104,6 +110,7 @@ impl HubShared {
         };
         if !another {
             t.gen += 1;
+            t.wakes += 1;
             t.lapse_pending = false;
             t.lapsed = false;
         }
@@ -117,12 +124,12 @@ impl HubShared {
         if !std::mem::take(&mut t.yield_first) {
             return false;
         }
-        let gen = t.gen;
+        let wakes = t.wakes;
         drop(t);
         let at = Instant::now() + YIELD;
         self.timers
             .lock()
-            .push((at, Timer::Yield(Arc::downgrade(entry), gen)));
+            .push((at, Timer::Yield(Arc::downgrade(entry), wakes)));
         true
     }
 
@@ -156,6 +163,7 @@ impl HubShared {
                     if let Some(entry) = entry.upgrade() {
                         let mut t = entry.turn.lock();
                         if t.gen == gen {
+                            t.wakes += 1;
                             t.lapse_pending = false;
                             t.lapsed = true;
                             drop(t);
@@ -163,11 +171,11 @@ impl HubShared {
                         }
                     }
                 }
-                Timer::Yield(entry, gen) => {
+                Timer::Yield(entry, wakes) => {
                     let Some(entry) = entry.upgrade() else {
                         continue;
                     };
-                    let current = entry.turn.lock().gen == gen;
+                    let current = entry.turn.lock().wakes == wakes;
                     if current {
                         entry.wake_each_name();
                     }
