@@ -82,9 +82,18 @@ if count > n then
     return 0
 end
 local turns = tonumber(ARGV[7] or '0') > 0
+-- The first two clients in the line. Foreign data at its key (no list) gives none: it
+-- must not fail the release, which would leave the hold to run out with its lease.
+local function first_in_line()
+    local first = redis.pcall('lrange', KEYS[4], 0, 1)
+    if first.err then
+        return {}
+    end
+    return first
+end
 local gave_way = false
 if ARGV[5] ~= '' and flag('g') and turns then
-    local first = redis.call('lrange', KEYS[4], 0, 1)
+    local first = first_in_line()
     if (first[1] and first[1] ~= me) or first[2] then
         -- Another client waits: its turn comes before this client's next hand-over.
         -- Back in line even if the client was not there: its waiters need a place.
@@ -100,7 +109,7 @@ end
 -- turns off). A count the server will not give, or does not believe, is taken as yes.
 local function others_wait()
     if turns then
-        local first = redis.call('lrange', KEYS[4], 0, 1)
+        local first = first_in_line()
         if (first[1] and first[1] ~= me) or first[2] then
             return true
         end

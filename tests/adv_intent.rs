@@ -419,3 +419,51 @@ async fn foreign_data_at_the_line_key_during_hand_overs_strands_no_hold() {
         assert_eq!(after, "string", "the foreign key was changed");
     }
 }
+
+/// A hand-over whose terms read the line (`g`: give way to another client in line; `e`:
+/// the run is over, hand over only if nobody else waits) over foreign data at the line's
+/// key: the release goes on (handed over, or published), where a `WRONGTYPE` failed the
+/// unlock and left the hold to run out with its lease.
+#[test]
+fn a_hand_over_reading_foreign_data_at_the_line_still_releases() {
+    let s = RedisServer::start();
+    let (a, b) = (
+        "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa:1",
+        "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa:2",
+    );
+    for (i, flags) in ["g", "e"].into_iter().enumerate() {
+        let name = format!("adv:foreign-line:{flags}");
+        let _: () = s.cmd(&["HSET", &name, a, "1"]);
+        let _: () = s.cmd(&["PEXPIRE", &name, "30000"]);
+        let _: () = s.cmd(&["SET", &clients_key(&name), "not a list"]);
+        let reply: redis::RedisResult<redis::Value> = redis::cmd("EVAL")
+            .arg(script_source("unlock.lua").unwrap())
+            .arg(5)
+            .arg(&name)
+            .arg(channel_name(&name))
+            .arg(format!("redisson_unlock_latch:{{{name}}}:r{i}"))
+            .arg(clients_key(&name))
+            .arg(turn_key(&name))
+            .arg(0)
+            .arg(a)
+            .arg(10_000)
+            .arg(1)
+            .arg(b)
+            .arg(30_000)
+            .arg(10)
+            .arg(flags)
+            .query(&mut s.conn());
+        let reply = reply.unwrap_or_else(|e| panic!("{flags}: the unlock failed: {e}"));
+        assert!(
+            matches!(&reply, redis::Value::Array(v) if v.first() == Some(&redis::Value::Int(2)))
+                || reply == redis::Value::Int(1),
+            "{flags}: {reply:?}"
+        );
+        assert_eq!(
+            s.cmd::<Option<i64>>(&["HGET", &name, a]),
+            None,
+            "{flags}: the releasing hold is gone"
+        );
+        assert_eq!(s.cmd::<String>(&["GET", &clients_key(&name)]), "not a list");
+    }
+}
