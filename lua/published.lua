@@ -6,27 +6,33 @@ local function try_write(...)
     local reply = redis.pcall(...)
     return not (type(reply) == 'table' and reply.err)
 end
--- Whether `channel` has a subscriber that is neither a client in `line` nor `me`: a
+-- Whether `channel` has a subscriber that is neither a client in `line` nor `me` (when
+-- `me_listens`: a client in line listens, the releasing one only if it said so): a
 -- Redisson waiter, a client of this crate with turns off, or one that lingers after its
 -- last waiter (which costs the turn's client a short pause, nothing more). A count the
 -- server will not give is taken as no: the turn goes on as before.
-local function others_listen(channel, line, me, publish)
+local function others_listen(channel, line, me, me_listens, publish)
     local counts = redis.pcall('pubsub', publish == 'spublish' and 'shardnumsub' or 'numsub', channel)
     if type(counts) ~= 'table' or counts.err then
         return false
     end
     local known = redis.call('llen', line)
-    if not redis.call('lpos', line, me) then
+    if me_listens and not redis.call('lpos', line, me) then
         known = known + 1
     end
     return tonumber(counts[2]) > known
 end
 -- The last hold's release, published with `publish` on `channel`; `line` and `turn` are
--- false with turns off. The first client in the line gets the turn for `window` ms, and
+-- false with turns off. `window` is the turn's window in ms, negative when the releasing
+-- client does not listen on `channel` (see others_listen). The first client in the line gets the turn for `window` ms, and
 -- leaves the line; `me` (the releasing client) at its front goes to the back instead,
 -- and the turn to the client after it. Returns nil, or the error reply when the
 -- publish was refused.
 local function publish_release(hash, channel, line, turn, me, window, publish)
+    -- With turns off there is no window, and no line to give a turn from.
+    local ms = tonumber(window) or 0
+    local me_listens = ms > 0
+    window = string.format('%d', math.abs(ms))
     local next_client = false
     if line then
         -- Foreign data at the line's key (no list) gives no line: the release goes on as
@@ -58,7 +64,7 @@ local function publish_release(hash, channel, line, turn, me, window, publish)
         local bits = tonumber(string.sub(next_client, 1, 8) .. string.sub(next_client, 10, 13), 16)
         if bits then
             local base = 281474976710656
-            if others_listen(channel, line, me, publish) then
+            if others_listen(channel, line, me, me_listens, publish) then
                 base = 562949953421312
             end
             redis.pcall(publish, channel, string.format('%.0f', base + bits))

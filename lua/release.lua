@@ -12,7 +12,9 @@
 -- ARGV[3]  lease to set when holds remain, in ms; 0 leaves the TTL as it is
 -- ARGV[4]  how long the latch is kept, in ms
 -- ARGV[5]  turn window in ms (with KEYS[4] and KEYS[5]): a published release gives the
---          first client in the line the turn for this long
+--          first client in the line the turn for this long. Negative when this client
+--          does not listen on the lock's channel: the release then counts every
+--          subscriber not in the line as one from outside it (docs/protocol.md 2.6)
 -- Returns nil when the caller holds nothing, 0 when holds remain (latched '0'), 1 when
 -- the lock was released and published (not latched: a retry finds the field gone).
 -- A copy delivered late finds the latch of a retry that ran before it, and replays it

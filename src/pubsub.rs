@@ -303,6 +303,12 @@ impl PubSubHub {
             .is_some_and(|e| e.ready.load(Ordering::SeqCst))
     }
 
+    /// Whether the client listens on `channel`: subscribed, subscribing, or lingering
+    /// after its last waiter (`docs/protocol.md` 2.6: a release counts it then).
+    pub(crate) fn listens(&self, channel: &str) -> bool {
+        self.shared.channels.lock().contains_key(channel)
+    }
+
     /// See `HubShared::turn_covered`.
     pub(crate) fn turn_covered(&self, channel: &str) -> bool {
         self.shared.turn_covered(channel)

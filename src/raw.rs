@@ -338,6 +338,10 @@ pub(crate) struct ReleaseCall<'a> {
     /// The hand-over to `next` comes after the client's run of them is over: it goes
     /// ahead only if nobody outside this client may be waiting (flag `e`).
     pub(crate) ends_run: bool,
+    /// The client listens on the lock's channel (it is subscribed, or subscribing), so
+    /// that a release counts it among the channel's subscribers it can explain
+    /// (`docs/protocol.md` 2.6).
+    pub(crate) listens: bool,
 }
 
 pub(crate) async fn release(conn: &Conn, call: &ReleaseCall<'_>) -> Result<Release> {

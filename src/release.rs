@@ -194,6 +194,8 @@ async fn resend(inner: &Arc<ClientInner>, hold: &Hold, u: &Unanswered) -> Result
         turn_window: inner.config.turn_window,
         gives_way: false,
         ends_run: false,
+        // A retry goes to `unlock.lua`, which counts the releasing client as listening.
+        listens: true,
     };
     let mut attempt = 0;
     loop {
@@ -246,6 +248,7 @@ async fn send_release(
         turn_window: inner.config.turn_window,
         gives_way: terms == Terms::GiveWay,
         ends_run: terms == Terms::EndOfStreak,
+        listens: inner.pubsub.listens(&hold.channel),
     };
     let mut attempt = 0;
     let outcome = loop {

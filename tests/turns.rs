@@ -791,7 +791,13 @@ async fn a_run_that_ends_gives_the_turn_to_the_next_client() {
 }
 
 /// The messages a release publishes on `channel`, heard by one more subscriber.
-fn release_heard(s: &RedisServer, name: &str, field: &str, strangers: usize) -> Vec<String> {
+fn release_heard(
+    s: &RedisServer,
+    name: &str,
+    field: &str,
+    strangers: usize,
+    window: i64,
+) -> Vec<String> {
     let channel = redis_rlock::protocol::channel_name(name);
     let mut listeners: Vec<redis::Connection> = (0..1 + strangers).map(|_| s.conn()).collect();
     for l in &mut listeners {
@@ -810,7 +816,7 @@ fn release_heard(s: &RedisServer, name: &str, field: &str, strangers: usize) -> 
         .arg(1)
         .arg(0)
         .arg(10_000)
-        .arg(10)
+        .arg(window)
         .query(&mut s.conn())
         .unwrap();
     assert_eq!(released, 1, "published");
@@ -838,20 +844,34 @@ fn a_turn_given_while_a_stranger_listens_asks_its_client_to_yield() {
         .unwrap()
         .parse()
         .unwrap();
-    for (strangers, expected) in [(0, turn), (1, turn), (2, turn + (1 << 48))] {
-        let name = format!("yield:{strangers}");
+    // (subscribers besides the turn's client, the window's sign: whether the releasing
+    // client says it listens, the turn message expected)
+    let cases = [
+        (0, 10, turn),
+        (1, 10, turn),
+        (2, 10, turn + (1 << 48)),
+        (0, -10, turn),
+        (1, -10, turn + (1 << 48)),
+    ];
+    for (strangers, window, expected) in cases {
+        let name = format!("yield:{strangers}:{window}");
         let field = format!("{a}:1");
         let _: () = s.cmd(&["HSET", &name, &field, "1"]);
         let _: () = s.cmd(&["PEXPIRE", &name, "10000"]);
         let line = redis_rlock::protocol::clients_key(&name);
         let _: () = s.cmd(&["RPUSH", &line, b]);
         let _: () = s.cmd(&["PEXPIRE", &line, "10000"]);
-        // Known: b in line, and a (the releasing client, not in line) counted as one.
-        let heard = release_heard(&s, &name, &field, strangers);
+        // Known: b in line, and a (the releasing client, not in line) if it listens.
+        let heard = release_heard(&s, &name, &field, strangers, window);
         assert_eq!(
             heard,
             [expected.to_string(), "0".to_string()],
-            "{strangers} strangers"
+            "{strangers} strangers, window {window}"
+        );
+        let turn_ttl: i64 = s.cmd(&["PTTL", &redis_rlock::protocol::turn_key(&name)]);
+        assert!(
+            (1..=10).contains(&turn_ttl),
+            "the turn's window: {turn_ttl}"
         );
     }
 }

@@ -104,8 +104,11 @@ fn first_release_call(conn: &Conn, call: &ReleaseCall<'_>) -> ScriptCall {
         .arg(call.holds)
         .arg(call.keep.map(ms).unwrap_or(0))
         .arg(ms(call.latch_ttl).max(1));
-    match turns {
-        true => script.arg(ms(call.turn_window)),
-        false => script,
+    // The window's sign says whether this client listens (`lua/release.lua`): one
+    // argument, not two, as the server pays per argument.
+    match (turns, call.listens) {
+        (true, true) => script.arg(ms(call.turn_window)),
+        (true, false) => script.arg(-i64::try_from(ms(call.turn_window)).unwrap_or(i64::MAX)),
+        (false, _) => script,
     }
 }

@@ -29,6 +29,8 @@ pub(super) async fn rollback(conn: &Conn, call: &AcquireCall<'_>) {
         turn_window: Duration::ZERO,
         gives_way: false,
         ends_run: false,
+        // Without turns (no window) the release reads no line.
+        listens: true,
     };
     let mut attempt = 0;
     // Sent again with the same request id when its reply may be lost, as an unlock is: a

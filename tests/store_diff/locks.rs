@@ -146,7 +146,8 @@ fn release(r: &mut Rng, s: &Store) -> Call {
         .arg(r.pick(&["0", "30000"]))
         .arg(latch_ttl(r));
     match turns {
-        true => c.arg(r.pick(&["100", "3000"])),
+        // A negative window: the releasing client does not listen.
+        true => c.arg(r.pick(&["100", "3000", "-100"])),
         false => c,
     }
 }
