@@ -23,8 +23,8 @@ local function others_listen(channel, line, me, me_listens, publish)
     return tonumber(counts[2]) > known
 end
 -- The last hold's release, published with `publish` on `channel`; `line` and `turn` are
--- false with turns off. `window` is the turn's window in ms, negative when the releasing
--- client does not listen on `channel` (see others_listen). The first client in the line gets the turn for `window` ms, and
+-- false with turns off. The first client in the line gets the turn for `window` ms (its
+-- sign: whether the releasing client listens on `channel`, see others_listen), and
 -- leaves the line; `me` (the releasing client) at its front goes to the back instead,
 -- and the turn to the client after it. Returns nil, or the error reply when the
 -- publish was refused.
