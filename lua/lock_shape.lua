@@ -2,7 +2,7 @@
 -- A lock has at least one holder and nothing else but a read-write lock's 'mode' ('read'
 -- or 'write'). A holder is a field '<uuid>:<owner>' whose value is a positive count; the
 -- owner is a thread id ('-' allowed), 'thread-<n>' or 'scope-<n>', and a writer's field
--- ends in ':write' (src/raw/shape.rs states the same rule). Anything else at the name is
+-- ends in ':write' (src/wire/raw/shape.rs states the same rule). Anything else at the name is
 -- application data, never to be written or deleted.
 local UUID = '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x:'
 local function is_holder(field, value)

@@ -167,6 +167,27 @@ pub(crate) fn holder_field(client_id: &str, owner: OwnerId) -> String {
     field
 }
 
+/// Which of Redisson's lock layouts a call speaks: it selects the acquire, unlock and
+/// renew scripts, the holder field and the channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `RLock` (and `RFencedLock`): the hash `<name>` of holder fields.
+    Plain,
+    /// The read half of `RReadWriteLock`: field `<uuid>:<owner>`, a timeout key per hold.
+    Read,
+    /// The write half of `RReadWriteLock`: field `<uuid>:<owner>:write`.
+    Write,
+    /// `RFairLock`: the plain lock's hash and field, taken in the order of a queue.
+    Fair,
+}
+
+impl Kind {
+    /// A half of a read-write lock (`mode` field, `redisson_rwlock` channel).
+    pub(crate) fn is_rw(self) -> bool {
+        matches!(self, Kind::Read | Kind::Write)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

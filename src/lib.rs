@@ -44,81 +44,52 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-mod acquire;
-mod attempt;
+mod api;
 mod background;
-#[cfg(feature = "blocking")]
-pub mod blocking;
-mod builder;
-mod client;
 mod config;
-mod connection;
 mod error;
-mod guard;
-mod handover;
 mod hash;
 mod identity;
-mod inflight;
-mod janitor;
-mod latch;
-mod line;
-mod lock;
-mod multi;
-mod permit_guard;
-mod permits;
 #[doc(hidden)]
 pub mod policy;
-mod pubsub;
-mod query;
-mod queue;
-mod raw;
-mod release;
-mod rw_lock;
-mod scripts;
-mod semaphore;
-mod semaphore_permit;
-mod services;
-mod slot;
+mod shell;
+mod state;
 mod stats;
-mod sync_raw;
-mod sync_wait;
-mod table;
-mod target;
-mod watchdog;
+mod wire;
 
-pub use client::{
+pub use api::client::{
     Client, ClientBuilder, Deployment, ReplicaSync, ShardedPubSub, SyncFailure,
     DEFAULT_CLIENT_NAME, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_WINDOW, DEFAULT_TURN_WINDOW, DEFAULT_WATCHDOG_TIMEOUT,
 };
+pub use api::guard::LockGuard;
+pub use api::latch::CountDownLatch;
+pub use api::lock::Lock;
+pub use api::multi::{MultiGuard, MultiLock, RedLock};
+pub use api::permit_guard::PermitGuard;
+pub use api::permits::{Permit, PermitExpirableSemaphore};
+pub use api::rw_lock::ReadWriteLock;
+pub use api::semaphore::Semaphore;
+pub use api::semaphore_permit::SemaphorePermit;
 pub use config::{MAX_DURATION, MAX_NAME_LEN};
 pub use error::{Error, Result};
-pub use guard::LockGuard;
-pub use handover::{DEFAULT_HANDOVER_LIMIT, DEFAULT_HANDOVER_WINDOW};
 pub use identity::OwnerId;
-pub use latch::CountDownLatch;
-pub use lock::Lock;
-pub use multi::{MultiGuard, MultiLock, RedLock};
-pub use permit_guard::PermitGuard;
-pub use permits::{Permit, PermitExpirableSemaphore};
-pub use rw_lock::ReadWriteLock;
-pub use semaphore::Semaphore;
-pub use semaphore_permit::SemaphorePermit;
+pub use state::handover::{DEFAULT_HANDOVER_LIMIT, DEFAULT_HANDOVER_WINDOW};
 pub use stats::Stats;
 
 /// Wire-level names of the lock layout (Redisson's), for tools that inspect or drive
 /// locks by hand; `docs/protocol.md` ([`docs::protocol`]) specifies them.
 pub mod protocol {
-    pub use crate::raw::{
+    pub use crate::shell::watchdog::BATCH as RENEW_BATCH;
+    pub use crate::wire::raw::{
         channel_name, clients_key, is_holder_field, is_lock_hash, queue_key, read_turn_key,
         reader_key, rw_channel_name, timeout_key, token_key, turn_key, turn_message, writer_key,
         FORCE_UNLOCK_EVENT, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE,
     };
-    pub use crate::sync_raw::{
+    pub use crate::wire::sync_raw::{
         latch_channel, permit_timeout_key, semaphore_channel, LATCH_NEW_COUNT_MESSAGE,
         LATCH_ZERO_MESSAGE,
     };
-    pub use crate::watchdog::BATCH as RENEW_BATCH;
 
     /// The text the client sends for the script `lua/<file>` (`"acquire.lua"`, ...),
     /// with the prelude those that take or delete a lock start with
@@ -126,7 +97,7 @@ pub mod protocol {
     /// (`lua/count_shape.lua`); `None` for a file that is no script of the crate. For
     /// tools and tests that run the scripts exactly as the client does.
     pub fn script_source(file: &str) -> Option<&'static str> {
-        crate::scripts::source_of(file)
+        crate::wire::scripts::source_of(file)
     }
 }
 
@@ -147,3 +118,6 @@ pub mod docs {
 /// The redis-rs version this crate is built on, so that a caller can use its types
 /// (a `redis::Client`, errors) without pinning a version of its own.
 pub use redis;
+
+#[cfg(feature = "blocking")]
+pub use api::blocking;

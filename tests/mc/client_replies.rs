@@ -1,5 +1,5 @@
-//! What a client of this crate does with each answer (the model of `src/attempt.rs`,
-//! `src/acquire/waiting.rs` and `src/release.rs`'s reply handling; see `client.rs` for
+//! What a client of this crate does with each answer (the model of `src/shell/attempt.rs`,
+//! `src/shell/acquire/waiting.rs` and `src/shell/release.rs`'s reply handling; see `client.rs` for
 //! the simplifications).
 
 use super::client::{id, Phase, Task};

@@ -1,6 +1,6 @@
 //! Steps of the plain lock (`acquire`, `unlock`, `renew`, `force_unlock`) and of the fair
 //! lock (`fair_acquire`, `fair_unlock`, `fair_leave`), with the keys and argument shapes
-//! of `src/raw.rs`, `src/raw/turns.rs` and `src/raw/fair.rs`. Flags and options are
+//! of `src/wire/raw.rs`, `src/wire/raw/turns.rs` and `src/wire/raw/fair.rs`. Flags and options are
 //! drawn at random, not only in the combinations a client sends, so that every branch
 //! of the scripts reaches the store.
 

@@ -1,6 +1,6 @@
 //! Steps of the read-write lock (`read_acquire`, `write_acquire`, `read_unlock`,
 //! `write_unlock`, `read_renew`, `rw_force_unlock`, and `renew` for write holds), with
-//! the keys and argument shapes of `src/raw/rw.rs`.
+//! the keys and argument shapes of `src/wire/raw/rw.rs`.
 
 use redis_rlock::protocol::{read_turn_key, reader_key, rw_channel_name, writer_key};
 

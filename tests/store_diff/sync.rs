@@ -1,5 +1,5 @@
 //! Steps of the synchronizers: the semaphore, the permit-expirable semaphore and the
-//! count-down latch, with the keys and argument shapes of `src/sync_raw.rs`.
+//! count-down latch, with the keys and argument shapes of `src/wire/sync_raw.rs`.
 
 use redis_rlock::protocol::{latch_channel, permit_timeout_key, semaphore_channel};
 

@@ -4,7 +4,7 @@
 //! A waiter looks (`GET`); at zero it is done. Otherwise it subscribes, and once the
 //! subscription is confirmed looks again (a count-down in between published to nobody),
 //! then sleeps until a message and looks again. That is both `CountDownLatch::wait`
-//! (`src/latch.rs` over `src/sync_wait.rs`) and Redisson's `await()`. The crate's waiter
+//! (`src/api/latch.rs` over `src/shell/sync_wait.rs`) and Redisson's `await()`. The crate's waiter
 //! also looks again when its sleep bound (the watchdog timeout) runs out; Redisson's
 //! waits for a message only. That timer is modelled as a look that may come at any
 //! time, offered only where it would find zero: a look that finds the count above zero

@@ -3,7 +3,7 @@
 //!
 //! A crate taker sends `permit_acquire.lua` with a fresh id; when the reply is lost it
 //! gives that id back with `permit_release.lua` before it tries again under a new one,
-//! as `PermitExpirableSemaphore::try_once` does (`src/permits.rs`). It believes it holds
+//! as `PermitExpirableSemaphore::try_once` does (`src/api/permits.rs`). It believes it holds
 //! the permit until the send's time plus the lease, then releases it, or lets the lease
 //! end (a dropped `Permit` releases nothing). A Redisson taker runs Redisson's scripts
 //! with its own clock (the model's). A refused try under the same id is the same state

@@ -2,7 +2,7 @@
 //! Redisson on one lock, on a model clock, under the crate's marks and turns.
 //!
 //! A crate actor sends `read_acquire.lua` / `write_acquire.lua` as a waiting call does
-//! (`src/raw/rw.rs`: the wait flag on, the mark's length `MARK`), and while it waits asks
+//! (`src/wire/raw/rw.rs`: the wait flag on, the mark's length `MARK`), and while it waits asks
 //! again within the client's own bound, `policy::wait::sleep_bound` asked with the
 //! model's mark (half of it, `MARK / 2` ms); the clock does not pass that. It releases with `read_unlock.lua` /
 //! `write_unlock.lua` (the readers' turn `TURN` ms). A Redisson actor runs Redisson's

@@ -2,10 +2,10 @@
 //!
 //! A crate taker sends `semaphore_acquire.lua` under a request latch of its own; when
 //! the reply is lost it sends it again with the same latch and the retry flag, as
-//! `Semaphore::try_once` does (`src/semaphore.rs`), then releases with
+//! `Semaphore::try_once` does (`src/api/semaphore.rs`), then releases with
 //! `semaphore_release.lua`. A Redisson taker runs Redisson's `tryAcquire` and `release`.
 //! A refused try writes nothing, so trying again is the same state: the waiting between
-//! tries (`src/sync_wait.rs`) adds no state and is left out; only what is taken counts.
+//! tries (`src/shell/sync_wait.rs`) adds no state and is left out; only what is taken counts.
 
 use super::{count, int, run, Fixed, Texts, World, EPOCH};
 use crate::checker::store::Store;

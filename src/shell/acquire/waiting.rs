@@ -1,0 +1,309 @@
+//! One waiting acquisition from step to step: an attempt and what its answer means, a
+//! sleep and what woke it (a release heard, a hand-over, the bound), and its place in
+//! the client's hand-over queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::Error;
+use crate::identity::Kind;
+use crate::identity::OwnerId;
+use crate::policy::waiter::{self, Answer, Pauses, Woken};
+use crate::shell::attempt::Tried;
+use crate::shell::held::Held;
+use crate::shell::line::InLine;
+use crate::shell::release::release_detached;
+use crate::shell::services::ClientInner;
+use crate::shell::target::{Hold, Target};
+use crate::state::handover::{Left, Waiter};
+use crate::state::queue::{Grant, Woke};
+use crate::stats::Event;
+use crate::wire::pubsub::Subscription;
+use crate::wire::raw;
+
+/// How long an acquisition may wait.
+#[derive(Clone, Copy)]
+pub(crate) enum Wait {
+    /// One attempt.
+    No,
+    /// Until this instant (`None`: forever).
+    Until(Option<Instant>),
+}
+
+/// Where a waiting acquisition stands: the core's state (`policy::waiter`), holding the
+/// guard once it has the lock.
+pub(super) type Step = waiter::Step<Held, Error>;
+
+/// What a waiting acquisition keeps from one step to the next.
+pub(super) struct Waiting<'a> {
+    pub(super) target: &'a Target,
+    pub(super) owner: OwnerId,
+    pub(super) field: Arc<str>,
+    pub(super) lease: Option<Duration>,
+    pub(super) wait: Wait,
+    pub(super) deadline: Option<Instant>,
+    pub(super) started: Instant,
+    pub(super) sub: Subscription,
+    pub(super) queued: Queued,
+    /// Start of the current run of transient errors, if in one.
+    pub(super) failing_since: Option<Instant>,
+    /// A failed unlock may have handed this task the lock: the next attempt adopts
+    /// such a hold instead of taking a second one. Over once an attempt is answered.
+    pub(super) adopt: bool,
+    pub(super) line: InLine<'a>,
+}
+
+impl Target {
+    /// Joins the channel on which this lock's releases are heard (a fair lock's waiter:
+    /// its own, on which it hears that it is first in line).
+    pub(super) fn subscription(&self, field: &str) -> Subscription {
+        let pubsub = &self.inner().pubsub;
+        match self.kind {
+            Kind::Fair => {
+                let channel = raw::waiter_channel(&self.name, field).into();
+                pubsub.subscribe(&channel, false, &self.name)
+            }
+            Kind::Plain => {
+                let turns = !self.inner().config.turn_window.is_zero();
+                pubsub.subscribe(&self.channel, turns, &self.name)
+            }
+            _ => pubsub.subscribe(&self.channel, false, &self.name),
+        }
+    }
+}
+
+impl Waiting<'_> {
+    pub(super) async fn attempt(&mut self) -> Step {
+        let target = self.target;
+        // This client just ended a run of hand-overs on the name: the others go first,
+        // its woken waiters included (a holder of the field never defers).
+        let inner = target.inner();
+        if let Some(until) = inner.handover.held_back(&target.name) {
+            let holds = inner.table.holds(&target.name, &self.field);
+            if !holds && super::worth_holding_back(until, self.deadline) {
+                tokio::time::sleep_until(until).await;
+            }
+        }
+        let tried = target
+            .attempt_within(
+                self.owner,
+                &self.field,
+                self.lease,
+                self.adopt,
+                self.wait,
+                self.line.counted(false),
+            )
+            .await;
+        let answer = match tried {
+            Ok(None) => {
+                tracing::debug!(waited = ?self.started.elapsed(), "wait ran out during an attempt");
+                Answer::NoAnswer
+            }
+            Ok(Some(Tried::Held(guard))) => {
+                self.line.granted_by_redis = true;
+                self.sub.wake_used();
+                tracing::debug!(waited = ?self.started.elapsed(), "acquired after waiting");
+                Answer::Held(guard)
+            }
+            Ok(Some(answered)) => {
+                match answered {
+                    // Free for another client's turn: a wake-up that led here has not
+                    // been used, and goes to another waiter of the name if this one
+                    // leaves before it tries again (see `Subscription::wake_passed_over`).
+                    Tried::TurnBusy(_) => self.sub.wake_passed_over(),
+                    _ => self.sub.wake_used(),
+                }
+                self.adopt = false;
+                self.failing_since = None;
+                match answered {
+                    Tried::Busy(ttl) => {
+                        self.line.busy();
+                        Answer::Busy(ttl)
+                    }
+                    Tried::TurnBusy(ttl) => {
+                        self.line.busy();
+                        Answer::Busy(Some(ttl))
+                    }
+                    _ => Answer::Late,
+                }
+            }
+            Err(e) if e.is_transient() => {
+                // A waiter rides out a failover or reconnect: the lock it waits for is
+                // still there, on whichever node serves it next.
+                let since = *self.failing_since.get_or_insert_with(Instant::now);
+                tracing::debug!(error = %e, "transient error while waiting");
+                Answer::Transient {
+                    error: e,
+                    failing_for: since.elapsed(),
+                }
+            }
+            Err(e) => Answer::Failed(e),
+        };
+        waiter::after_attempt(answer, target.inner().config.retry_window)
+    }
+
+    /// Woken by the end of another client's turn: that client may have used it and
+    /// still hold the lock, and its release will be heard. One `PTTL` then stands in for
+    /// an acquire, which every waiting client would otherwise send at each turn held
+    /// longer than the window (`docs/protocol.md` 2.6).
+    pub(super) async fn look(&mut self) -> Step {
+        let target = self.target;
+        let pttl = raw::lock_pttl(&target.inner().conn, &target.name)
+            .await
+            .ok();
+        let step = waiter::after_look(pttl);
+        if matches!(step, Step::Sleep { .. }) {
+            self.sub.wake_used();
+        }
+        step
+    }
+
+    /// Sleeps at most `ttl` (cut by the deadline); `lease_known`: `ttl` is the holder's
+    /// lease left, just read from Redis.
+    pub(super) async fn sleep(&mut self, ttl: Option<Duration>, lease_known: bool) -> Step {
+        let target = self.target;
+        let lease_ends = ttl.filter(|_| lease_known).map(|t| Instant::now() + t);
+        let Some(bound) = target.bound(ttl, self.deadline) else {
+            tracing::debug!(waited = ?self.started.elapsed(), "wait ran out");
+            return Step::Done(Ok(None));
+        };
+        // Not before earlier requests of the field are settled: a release of an earlier
+        // call's unused grant (see `Queued`'s drop) would take a hold handed to this
+        // task meanwhile. Still unsettled at the bound, the next attempt waits for them.
+        let table = &target.inner().table;
+        let mut bound = bound;
+        if table.in_flight(&target.name, &self.field) {
+            let began = Instant::now();
+            Box::pin(table.settled(&target.name, &self.field, bound)).await;
+            if table.in_flight(&target.name, &self.field) {
+                return Step::Attempt { adopt: false };
+            }
+            bound = bound.saturating_sub(began.elapsed());
+        }
+        // Asleep, this task may be handed the lock by an unlock of this client.
+        self.queued.waiter.park(lease_ends);
+        tokio::select! {
+            _ = self.sub.woken(bound) => {}
+            _ = self.queued.waiter.picked() => {}
+            _ = target.inner().closed.wait() => {}
+        }
+        let woke = match self.queued.waiter.unpark() {
+            Woke::Offered => {
+                // The unlock's reply settles it within the unlock's own timeouts, as long
+                // as its future is polled; past those, this task stops waiting.
+                let left = self
+                    .deadline
+                    .map(|d| d.saturating_duration_since(Instant::now()));
+                let (limit, ends) = waiter::offer_limit(left, target.inner().offer_bound());
+                match tokio::time::timeout(limit, self.queued.waiter.outcome()).await {
+                    Ok(w) => w,
+                    // Dropping `queued` leaves the offer to the unlocker, which releases
+                    // the hold if it was granted.
+                    Err(_) if ends => return Step::Done(Ok(None)),
+                    // Only when the unlock's future is not being polled: this task
+                    // acquires on its own (see `Waiter::abandon_offer`), adopting the
+                    // grant if it is there by now.
+                    Err(_) => match self.queued.waiter.abandon_offer() {
+                        Woke::Free => Woke::Unsure,
+                        w => w,
+                    },
+                }
+            }
+            w => w,
+        };
+        // Dropped once the grant is registered or given back, at the end of this step.
+        let _taking = self.queued.waiter.take_mark();
+        let woken = self.woken(woke);
+        let pauses = Pauses {
+            backstop: target.inner().config.watchdog_timeout,
+            turn_window: target.inner().config.turn_window,
+        };
+        match waiter::after_wake(woken, pauses) {
+            waiter::Step::GiveBack => {
+                release_detached(target.inner().clone(), target.hold(&self.field));
+                Step::Attempt { adopt: false }
+            }
+            step => step.map_held(|grant| {
+                tracing::debug!(waited = ?self.started.elapsed(), token = grant.token, "lock handed over");
+                target.held(
+                    target.hold(&self.field),
+                    self.owner,
+                    self.lease,
+                    grant.sent,
+                    grant.token,
+                )
+            }),
+        }
+    }
+
+    /// What woke the sleep, in the core's terms.
+    fn woken(&mut self, woke: Woke) -> Woken<Grant, Error> {
+        let target = self.target;
+        let inner = target.inner();
+        let grant = match woke {
+            Woke::Granted(g) => g,
+            Woke::Unsure => return Woken::Unsure,
+            Woke::Free => {
+                return Woken::Free {
+                    lapse: self.sub.woken_by_lapse(),
+                }
+            }
+            Woke::Offered => return Woken::Free { lapse: false },
+            Woke::Passed => {
+                return Woken::Passed {
+                    covered: inner.pubsub.turn_covered(&target.channel),
+                }
+            }
+        };
+        self.sub.wake_used();
+        if grant.unacked {
+            // Given back like an acquisition of this task that no replica acknowledged;
+            // the next attempt, synced, waits for that release (in flight for the
+            // field) and meets `SyncFailure` as its own would. This task undoes it, not
+            // the unlocker: only it knows whether it took the hold by an attempt of its
+            // own meanwhile, which an undo from outside would delete. Not an adopting
+            // retry either: another call of the same owner may hold the field by then.
+            // Should the give-back fail, the hold it leaves ends with its lease.
+            tracing::warn!(lock = %target.name, "no replica acknowledged a hand-over; given back");
+        } else {
+            inner.stats.count(Event::HandedOver(grant.sent.elapsed()));
+        }
+        let granted = self.lease.unwrap_or(inner.config.watchdog_timeout);
+        let late = grant.sent + granted <= Instant::now();
+        if late && !grant.unacked {
+            // As for an acquire answered too late: a guard would be lost on arrival.
+            tracing::debug!(
+                token = grant.token,
+                "hand-over arrived after its lease ran out"
+            );
+        }
+        // The client shut down after the grant was handed over: shutdown released the
+        // field whole, this grant with it.
+        let closed = inner.closed.is_set().then_some(Error::Closed);
+        Woken::Handed {
+            unacked: grant.unacked,
+            late,
+            closed,
+            hold: grant,
+        }
+    }
+}
+
+/// A waiter's place in the hand-over queue, for as long as it waits.
+pub(super) struct Queued {
+    pub(super) waiter: Waiter,
+    pub(super) inner: Arc<ClientInner>,
+    pub(super) hold: Hold,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        // A grant that arrived after the waiter stopped looking is still a hold in Redis.
+        if let Left::Granted(g) = self.waiter.leave() {
+            tracing::debug!(lock = %self.hold.name, token = g.token, "releasing a hand-over nobody took");
+            release_detached(self.inner.clone(), self.hold.clone());
+        }
+    }
+}
