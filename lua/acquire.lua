@@ -31,8 +31,9 @@
 -- its answer). A plain lock's fresh first grant, {1, 0, 0}, is sent as nil instead: the
 -- common reply, and a table costs the server about as much as a command to build and
 -- send. Returns {0, pttl} when someone else holds it, or {0, pttl, 1} when it is free but
--- it is another client's turn (then the PTTL is the turn's); the PTTL bounds how long a
--- waiter sleeps. With turns on, a client whose caller waits joins KEYS[3] once when it
+-- it is another client's turn (then the PTTL is the turn's), or this client's turn in its
+-- first millisecond, which it yields to a subscriber outside the line (then the PTTL is
+-- what is left of that millisecond); the PTTL bounds how long a waiter sleeps. With turns on, a client whose caller waits joins KEYS[3] once when it
 -- finds the lock busy, and a first grant takes it out again.
 local flags = ARGV[5]
 -- Each flag read by a direct call: a call of a Lua helper per flag cost the server more
@@ -104,6 +105,16 @@ if fresh and turns and waits then
             return {0, left, 1}
         end
         turn = false
+    elseif turn and redis.call('exists', KEYS[1]) == 0 then
+        -- This client's turn, given while a subscriber outside the line listened (a
+        -- Redisson waiter): it is set YIELD_MS past the window (published.lua), and
+        -- its first part is that subscriber's. Redis counts a PTTL in whole ms, so a
+        -- turn set by a client with a longer window, or by an older build, yields
+        -- nothing here.
+        local early = redis.call('pttl', KEYS[4]) - tonumber(ARGV[4])
+        if early > 0 then
+            return {0, early, 1}
+        end
     end
 end
 if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then

@@ -22,6 +22,12 @@ local function others_listen(channel, line, me, me_listens, publish)
     end
     return tonumber(counts[2]) > known
 end
+-- How long the client whose turn comes with a subscriber outside the line (a Redisson
+-- waiter, which the line cannot hold) leaves the lock to it: its turn lasts this much
+-- longer than the window, and its acquire is answered busy until only the window is
+-- left (acquire.lua; take.lua serves no client in line, which a turn is given to). Redis counts a PTTL in whole ms from the command's ms,
+-- so that is 1 to 2 ms of real time: a loopback or LAN round trip is well within it.
+local YIELD_MS = 2
 -- The last hold's release, published with `publish` on `channel`; `line` and `turn` are
 -- false with turns off. The first client in the line gets the turn for `window` ms (its
 -- sign: whether the releasing client listens on `channel`, see others_listen), and
@@ -60,11 +66,13 @@ local function publish_release(hash, channel, line, turn, me, window, publish)
     -- digits). From 2^49 on, the number also asks that client to let a subscriber from
     -- outside the line try first (a Redisson waiter, which the line cannot hold). It is
     -- only a hint, so a refusal is ignored.
+    local yields = false
     if next_client then
+        yields = others_listen(channel, line, me, me_listens, publish)
         local bits = tonumber(string.sub(next_client, 1, 8) .. string.sub(next_client, 10, 13), 16)
         if bits then
             local base = 281474976710656
-            if others_listen(channel, line, me, me_listens, publish) then
+            if yields then
                 base = 562949953421312
             end
             redis.pcall(publish, channel, string.format('%.0f', base + bits))
@@ -81,6 +89,11 @@ local function publish_release(hash, channel, line, turn, me, window, publish)
     if next_client then
         redis.call('lpop', line)
         -- Only a hint for the waiters (2.6): out of memory, the release stands without it.
+        -- A turn that yields first lasts YIELD_MS longer, which its client's acquire
+        -- reads as its first part (acquire.lua).
+        if yields then
+            window = string.format('%d', math.abs(ms) + YIELD_MS)
+        end
         try_write('set', turn, next_client, 'px', window)
     end
     return nil

@@ -239,7 +239,9 @@ fn redisson_waiter(s: &RedisServer, grants: &AtomicU64, run: Duration) -> PeerWa
 }
 
 /// A Redisson `lock()` waiter is woken by the crate's releases and gets the lock in
-/// turn with the crate's clients, not after a long line of them.
+/// turn with the crate's clients, not after a long line of them: at most 3-4 grants,
+/// 9-15 ms, in most debug and release runs (7-8 grants, 17-19 ms in release before a
+/// turn that yields first was kept from its own client in Redis too).
 #[test]
 fn a_redisson_lock_waiter_gets_in_while_clients_contend() {
     let (_, waits) = against_contention((2, 2), Duration::from_millis(1), redisson_waiter);
@@ -249,7 +251,7 @@ fn a_redisson_lock_waiter_gets_in_while_clients_contend() {
         waits.got
     );
     assert!(
-        waits.most_grants <= 64,
+        waits.most_grants <= 16,
         "a Redisson waiter was passed over too often: {waits:?}"
     );
 }

@@ -85,9 +85,9 @@ impl Target {
             let inner = self.inner();
             let handover = &inner.handover;
             let holder = || inner.table.holds(&self.name, &field);
-            if let Some(until) = handover.held_back(&self.name) {
-                // This client just ended a run of hand-overs on the name: the waiters
-                // the release woke (in other clients too) go first.
+            if let Some(until) = inner.held_back(&self.name, &self.channel) {
+                // This client just ended a run of hand-overs on the name, or yields its
+                // turn: the waiters the release woke (in other clients too) go first.
                 if !holder() && worth_holding_back(until, deadline) {
                     tokio::time::sleep_until(until).await;
                 }

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use tokio::runtime::Handle;
 
 use crate::background::{Background, Signal, Spawner};
@@ -103,6 +105,16 @@ impl ClientInner {
     /// acknowledged is given back by its waiter (`acquire/waiting.rs`).
     pub(crate) fn hands_over(&self) -> bool {
         self.config.handover_limit > 0
+    }
+
+    /// Until when this client's calls for `name` leave it to others: it just ended a
+    /// run of hand-overs on it, or its turn came with a subscriber outside the line to
+    /// yield to first. A holder of the name never holds back (its re-entry must go
+    /// through); the callers see to that.
+    pub(crate) fn held_back(&self, name: &str, channel: &str) -> Option<Instant> {
+        let run = self.handover.held_back(name);
+        let turn = self.pubsub.yielding(channel);
+        run.max(turn)
     }
 
     /// How long a request latch is kept: long enough to outlive every retry of its

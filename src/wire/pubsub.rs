@@ -314,6 +314,12 @@ impl PubSubHub {
         self.shared.turn_covered(channel)
     }
 
+    /// Until when this client lets a subscriber outside the line try `channel`'s lock
+    /// first, after a turn message that asked it to (`docs/protocol.md` 2.6).
+    pub(crate) fn yielding(&self, channel: &str) -> Option<Instant> {
+        self.shared.yielding(channel)
+    }
+
     /// Number of channels with local waiters.
     #[allow(dead_code)]
     pub(crate) fn channels(&self) -> usize {

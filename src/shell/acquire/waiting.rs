@@ -77,10 +77,11 @@ impl Target {
 impl Waiting<'_> {
     pub(super) async fn attempt(&mut self) -> Step {
         let target = self.target;
-        // This client just ended a run of hand-overs on the name: the others go first,
-        // its woken waiters included (a holder of the field never defers).
+        // This client just ended a run of hand-overs on the name, or yields its turn:
+        // the others go first, its woken waiters included (a holder of the field never
+        // defers).
         let inner = target.inner();
-        if let Some(until) = inner.handover.held_back(&target.name) {
+        if let Some(until) = inner.held_back(&target.name, &target.channel) {
             let holds = inner.table.holds(&target.name, &self.field);
             if !holds && super::worth_holding_back(until, self.deadline) {
                 tokio::time::sleep_until(until).await;

@@ -16,10 +16,13 @@ use super::{ChannelEntry, HubShared};
 pub(crate) const LINGER: Duration = Duration::from_millis(200);
 
 /// How long a client whose turn came with a subscriber outside the line (a Redisson
-/// waiter, which the line cannot hold) lets that subscriber try first. Redisson's waiter
-/// acts on the same unlock message: a loopback or LAN round trip is well within it, and
-/// the actor's timers tick in milliseconds.
-pub(crate) const YIELD: Duration = Duration::from_millis(1);
+/// waiter, which the line cannot hold) lets that subscriber try first: the release sets
+/// such a turn this much past its window, and the turn's own client is answered busy
+/// until only the window is left (`lua/published.lua`'s `YIELD_MS`, the same; 1 to 2 ms
+/// of real time there, as Redis counts whole ms). Redisson's waiter acts on the same
+/// unlock message: a loopback or LAN round trip is well within it, and the actor's
+/// timers tick in milliseconds.
+pub(crate) const YIELD: Duration = Duration::from_millis(2);
 
 pub(super) enum Timer {
     /// The turn announced as `gen` ran out: unless the channel heard of its use since,
@@ -58,6 +61,12 @@ pub(super) struct TurnState {
     /// Counts the wake-ups a release or a lapse gave (turn messages do not): a yield
     /// timer whose count moved on is void.
     wakes: u64,
+    /// The yield this client owes now: until when, and at which count of wake-ups it
+    /// was armed. Any attempt of the client waits for it, not only the waiters the
+    /// unlock message would have woken: one woken at the same moment by the end of the
+    /// turn before (its lapse, or its sleep's bound) would otherwise take the lock
+    /// first.
+    yielding: Option<(Instant, u64)>,
 }
 
 impl ChannelEntry {
@@ -92,8 +101,13 @@ impl HubShared {
         t.lapse_pending = true;
         let gen = t.gen;
         drop(t);
-        // A little past the turn's end in Redis, which began before the message left.
-        let lapse = now + self.turn_window + Duration::from_millis(1);
+        // A little past the turn's end in Redis, which began before the message left;
+        // a turn that yields first lasts `YIELD` longer there (`lua/published.lua`).
+        let length = match yields {
+            true => self.turn_window + YIELD,
+            false => self.turn_window,
+        };
+        let lapse = now + length + Duration::from_millis(1);
         self.timers
             .lock()
             .push((lapse, Timer::Lapse(Arc::downgrade(entry), gen)));
@@ -125,12 +139,23 @@ impl HubShared {
             return false;
         }
         let wakes = t.wakes;
-        drop(t);
         let at = Instant::now() + YIELD;
+        t.yielding = Some((at, wakes));
+        drop(t);
         self.timers
             .lock()
             .push((at, Timer::Yield(Arc::downgrade(entry), wakes)));
         true
+    }
+
+    /// Until when this client yields `channel`'s lock to a subscriber outside the line
+    /// (see [`TurnState::yielding`]); `None` once a later release or lapse woke the
+    /// waiters, or the yield is over.
+    pub(super) fn yielding(&self, channel: &str) -> Option<Instant> {
+        let entry = self.channels.lock().get(channel).cloned()?;
+        let t = entry.turn.lock();
+        let (until, wakes) = t.yielding?;
+        (wakes == t.wakes && Instant::now() < until).then_some(until)
     }
 
     /// Whether `channel`'s hub heard another client's turn announced and will wake its
