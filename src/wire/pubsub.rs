@@ -14,7 +14,7 @@
 //! Waiters never depend on pub/sub alone: each wait is also bounded by the lock's TTL.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -151,6 +151,9 @@ struct HubShared {
     me: Option<u64>,
     turn_window: Duration,
     timers: Mutex<Vec<(Instant, Timer)>>,
+    /// Yield timers set and not yet run: while there are none, no call needs to look
+    /// its channel up to know it need not hold back (every `lock()` asks).
+    yields_pending: AtomicUsize,
 }
 
 /// The per-client pub/sub hub.
@@ -200,6 +203,7 @@ impl PubSubHub {
             me: crate::wire::raw::TurnMessage::number_of(&me),
             turn_window: config.turn_window,
             timers: Mutex::new(Vec::new()),
+            yields_pending: AtomicUsize::new(0),
         });
         let weak = Arc::downgrade(&shared);
         let timeouts = (config.connect_timeout, config.response_timeout);

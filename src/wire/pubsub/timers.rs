@@ -142,6 +142,7 @@ impl HubShared {
         let at = Instant::now() + YIELD;
         t.yielding = Some((at, wakes));
         drop(t);
+        self.yields_pending.fetch_add(1, Ordering::SeqCst);
         self.timers
             .lock()
             .push((at, Timer::Yield(Arc::downgrade(entry), wakes)));
@@ -152,6 +153,9 @@ impl HubShared {
     /// (see [`TurnState::yielding`]); `None` once a later release or lapse woke the
     /// waiters, or the yield is over.
     pub(super) fn yielding(&self, channel: &str) -> Option<Instant> {
+        if self.yields_pending.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
         let entry = self.channels.lock().get(channel).cloned()?;
         let t = entry.turn.lock();
         let (until, wakes) = t.yielding?;
@@ -197,6 +201,7 @@ impl HubShared {
                     }
                 }
                 Timer::Yield(entry, wakes) => {
+                    self.yields_pending.fetch_sub(1, Ordering::SeqCst);
                     let Some(entry) = entry.upgrade() else {
                         continue;
                     };
