@@ -1,7 +1,8 @@
 //! The public API: the client, its builder, the handles a caller asks for (`Lock`,
 //! `ReadWriteLock`, the semaphores, the latch, `MultiLock`, `RedLock`) and the guards they
-//! return. A call enters here and goes down into `shell`; nothing below imports this
-//! folder, except the shell's guard constructors, which build the guards defined here.
+//! return. A call enters here and goes down into `shell` (and to `state` and `wire`
+//! directly where no waiting is involved); nothing below imports this folder: the shell
+//! hands a hold back as a `shell::held::Held`, which `guard.rs` wraps in a `LockGuard`.
 
 pub(crate) mod builder;
 pub(crate) mod client;

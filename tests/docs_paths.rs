@@ -1,0 +1,109 @@
+//! The documents name real files: every `src/...rs` and `lua/...lua` path in `docs/*.md`
+//! and the README exists, and every file under `src/` is named in `docs/design.md`'s
+//! module tables (a file moved or added without its row is how the design page drifts
+//! from the tree).
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn documents() -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.push(root().join("README.md"));
+    docs.sort();
+    docs
+}
+
+/// Every `src/...rs` or `lua/...lua` path written in `text`: a run of path characters that
+/// starts with `src/` or `lua/` right after a character that cannot be part of a path.
+fn paths_in(text: &str) -> Vec<String> {
+    let is_path_char = |c: char| c.is_ascii_alphanumeric() || "_/.-".contains(c);
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices(['s', 'l']) {
+        let rest = &text[at..];
+        if !(rest.starts_with("src/") || rest.starts_with("lua/")) {
+            continue;
+        }
+        if text[..at].chars().next_back().is_some_and(is_path_char) {
+            continue;
+        }
+        let end = rest.find(|c: char| !is_path_char(c)).unwrap_or(rest.len());
+        let path = rest[..end].trim_end_matches('.');
+        if path.ends_with(".rs") || path.ends_with(".lua") {
+            found.push(path.to_string());
+        }
+    }
+    found
+}
+
+fn files_under(dir: &Path, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files_under(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            let rel = path.strip_prefix(root()).unwrap();
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+}
+
+#[test]
+fn the_path_finder_finds_paths_and_only_paths() {
+    let text = "see `src/api/lock.rs`, lua/take.lua. Not foo/src/x.rs, nor src/dir/ nor x.rs";
+    assert_eq!(paths_in(text), ["src/api/lock.rs", "lua/take.lua"]);
+}
+
+#[test]
+fn every_source_path_the_documents_name_exists() {
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for doc in documents() {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for path in paths_in(&text) {
+            seen += 1;
+            if !root().join(&path).is_file() {
+                missing.push(format!(
+                    "{}: {path}",
+                    doc.file_name().unwrap().to_string_lossy()
+                ));
+            }
+        }
+    }
+    assert!(seen > 50, "only {seen} paths found: the finder broke");
+    assert!(
+        missing.is_empty(),
+        "named but not in the tree: {missing:#?}"
+    );
+}
+
+#[test]
+fn every_file_under_src_has_a_row_in_the_design_tables() {
+    let design = std::fs::read_to_string(root().join("docs/design.md")).unwrap();
+    // Only the tables' rows: a file named in passing in the prose has no row of its own.
+    let rows: String = design
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    let named: Vec<String> = paths_in(&rows);
+    let mut files = Vec::new();
+    files_under(&root().join("src"), &mut files);
+    assert!(files.len() > 50, "{} files", files.len());
+    // A row may name a file's unit tests or parts inside its parent's row, without the
+    // `src/` prefix (`state/table/tests.rs`); either way the file is named.
+    let missing: Vec<&String> = files
+        .iter()
+        .filter(|f| !named.contains(f) && !rows.contains(&format!("`{}`", &f["src/".len()..])))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "in src/ but in no row of docs/design.md: {missing:#?}"
+    );
+}
