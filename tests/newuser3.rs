@@ -1,0 +1,394 @@
+//! A third newcomer's programs after the re-layout into folders (`src/api`, `src/shell`,
+//! ...), each on a real redis-server, through the public paths only: the README's quick
+//! start with what each line says checked in Redis, a guard dropped without `unlock`,
+//! the watchdog over a job longer than the lease, `Client::stats()`, the blocking client
+//! (feature `blocking`), and a Redisson `lock()` waiter behind this crate's clients.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::redisson_rlock::{ACQUIRE, UNLOCK};
+use common::{client_with, eventually, RedisServer};
+use redis_rlock::protocol::{channel_name, UNLOCK_MESSAGE};
+use redis_rlock::{Client, OwnerId, Stats};
+
+const JAVA_FIELD: &str = "0a0b0c0d-3333-4444-5555-666677778888:7";
+
+fn hold_count(s: &RedisServer, name: &str, field: &str) -> Option<i64> {
+    s.cmd(&["HGET", name, field])
+}
+
+/// The README's first example, line by line, with what each comment says checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_quick_start_does_what_its_comments_say() {
+    let s = RedisServer::start();
+    let client = Client::connect(s.url()).await.unwrap();
+    let other = Client::connect(s.url()).await.unwrap();
+    let lock = client.lock("nu3:orders:42");
+
+    let outer = lock.lock().await.unwrap();
+    let pttl: i64 = s.cmd(&["PTTL", "nu3:orders:42"]);
+    assert!(pttl > 25_000, "the watchdog's 30 s lease: {pttl}");
+    let inner = lock.lock().await.unwrap();
+    assert_eq!(
+        inner.holder_field(),
+        outer.holder_field(),
+        "same task, same owner"
+    );
+    // Re-entry of a watchdog hold is local: Redis keeps count 1, `hold_count` says 2.
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        2,
+        "re-enters, hold count 2"
+    );
+    inner.unlock().await.unwrap();
+    assert!(
+        lock.is_locked().await.unwrap(),
+        "hold count 1, still locked"
+    );
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    outer.unlock().await.unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:orders:42"]), 0, "released");
+
+    // Busy elsewhere: try_lock_for gives up after its wait, with None.
+    let elsewhere = other.lock("nu3:orders:42").lock().await.unwrap();
+    let t0 = Instant::now();
+    let got = lock
+        .try_lock_for(Duration::from_millis(500), Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let waited = t0.elapsed();
+    assert!(got.is_none());
+    assert!(
+        waited >= Duration::from_millis(490) && waited < Duration::from_millis(1_500),
+        "waited {waited:?} for a 500 ms try"
+    );
+    elsewhere.unlock().await.unwrap();
+    let g = lock
+        .try_lock_for(Duration::from_millis(500), Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("free now");
+    assert!(!g.is_watchdog(), "fixed lease, no watchdog");
+    let pttl: i64 = s.cmd(&["PTTL", "nu3:orders:42"]);
+    assert!(
+        pttl > 9_000 && pttl <= 10_000,
+        "held for at most 10 s: {pttl}"
+    );
+    g.unlock().await.unwrap();
+
+    let n = lock.run(|| async { 1 + 1 }).await.unwrap();
+    assert_eq!(n, 2);
+    assert_eq!(
+        s.cmd::<i64>(&["EXISTS", "nu3:orders:42"]),
+        0,
+        "run released"
+    );
+
+    // Two scopes in one task exclude each other: the second waits for the first's work.
+    let order = std::sync::Mutex::new(Vec::new());
+    let work = |tag: u8| {
+        let order = &order;
+        move || async move {
+            order.lock().unwrap().push((tag, "in"));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            order.lock().unwrap().push((tag, "out"));
+        }
+    };
+    let (a, b) = tokio::join!(
+        OwnerId::scope(lock.run(work(1))),
+        OwnerId::scope(lock.run(work(2))),
+    );
+    a.unwrap();
+    b.unwrap();
+    let order = order.into_inner().unwrap();
+    assert!(
+        order
+            .windows(2)
+            .all(|w| w[0].0 == w[1].0 || w[0].1 == "out"),
+        "the scopes overlapped: {order:?}"
+    );
+
+    let fenced = client.fenced_lock("nu3:accounts:7");
+    let g = fenced.lock().await.unwrap();
+    let first = g.fencing_token().expect("a fenced guard has a token");
+    g.unlock().await.unwrap();
+    let g = fenced.lock().await.unwrap();
+    assert!(g.fencing_token().unwrap() > first, "tokens grow");
+    g.unlock().await.unwrap();
+
+    client.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
+/// A guard dropped without `unlock` (an early return, a `?`): the lock is given back at
+/// once, not when the 30 s lease runs out, and a waiter of another client gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_without_unlock_frees_the_lock_for_a_waiter() {
+    let s = RedisServer::start();
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    let guard = a.lock("nu3:drop").lock().await.unwrap();
+    let waiter = {
+        let lock = b.lock("nu3:drop");
+        tokio::spawn(async move {
+            let t0 = Instant::now();
+            let g = lock.lock().await.unwrap();
+            let waited = t0.elapsed();
+            g.unlock().await.unwrap();
+            waited
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    fn early_return(_g: redis_rlock::LockGuard) -> Result<(), &'static str> {
+        Err("gave up")
+    }
+    assert!(early_return(guard).is_err());
+    let waited = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter still waits 5 s after the drop")
+        .unwrap();
+    assert!(
+        waited < Duration::from_secs(1),
+        "the waiter got the lock after {waited:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || s
+            .cmd::<i64>(&["EXISTS", "nu3:drop"])
+            == 0)
+        .await
+    );
+    assert!(a.stats().releases >= 1, "the drop counts as a release");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// The watchdog keeps a lock taken without a lease alive through a job three leases
+/// long, and counts its renewals; the guard is not lost and the key's TTL stays up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_a_long_job_locked_and_counts_it() {
+    let s = RedisServer::start();
+    let wd = Duration::from_millis(900);
+    let client = client_with(&s.url(), wd, Duration::from_millis(500)).await;
+    let g = client.lock("nu3:long").lock().await.unwrap();
+    assert!(g.is_watchdog());
+    let mut lowest = i64::MAX;
+    for _ in 0..27 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        lowest = lowest.min(s.cmd::<i64>(&["PTTL", "nu3:long"]));
+    }
+    assert!(!g.is_lost());
+    assert!(lowest > 0, "the key ran out during the job (PTTL {lowest})");
+    assert_eq!(
+        hold_count(&s, "nu3:long", g.holder_field()),
+        Some(1),
+        "still ours, count 1"
+    );
+    let renewals = client.stats().renewals;
+    // Renewals come every third of the lease: 2.7 s / 0.3 s is about 9.
+    assert!(renewals >= 6, "renewals over 3 leases: {renewals}");
+    g.unlock().await.unwrap();
+    client.shutdown().await.unwrap();
+}
+
+/// `Client::stats()` counts what its doc says, for a short known story: one grant,
+/// one local re-entry, busy answers from a try, and one hand-over to a waiting task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_count_a_known_story() {
+    let s = RedisServer::start();
+    let client = Client::connect(s.url()).await.unwrap();
+    let other = Client::connect(s.url()).await.unwrap();
+    assert_eq!(client.stats().acquisitions, 0);
+    let lock = client.lock("nu3:stats");
+
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    let st = client.stats();
+    assert_eq!((st.acquisitions, st.releases), (2, 0), "{st:?}");
+    inner.unlock().await.unwrap();
+    outer.unlock().await.unwrap();
+    assert_eq!(client.stats().releases, 2);
+
+    let held = other.lock("nu3:stats").lock().await.unwrap();
+    assert!(lock.try_lock().await.unwrap().is_none());
+    assert!(client.stats().busy >= 1, "{:?}", client.stats());
+    held.unlock().await.unwrap();
+
+    // A task waiting while another task of the same client releases is handed the lock.
+    let first = lock.lock().await.unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before: Stats = client.stats();
+    first.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let after = client.stats();
+    assert_eq!(
+        after.handovers - before.handovers,
+        1,
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(after.acquisitions - before.acquisitions, 1);
+    assert_eq!(after.releases - before.releases, 2);
+    client.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
+/// A Java service's `lock()` waits behind this crate's clients, as Redisson does:
+/// subscribed to the lock's channel, it tries Redisson's acquire script and after a busy
+/// answer sleeps until a message or the holder's TTL. A holder of this crate that lets go
+/// (by `unlock`, then by dropping its guard) must wake it by a message, long before the
+/// 30 s lease would, while another client of this crate waits too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_lock_waiter_behind_this_crates_clients_is_woken_by_the_release() {
+    let s = RedisServer::start();
+    let name = "nu3:java";
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    for unlock in [true, false] {
+        let guard = a.lock(name).lock().await.unwrap();
+        let url = s.url();
+        let java =
+            tokio::task::spawn_blocking(move || redisson_lock(&url, name, Duration::from_secs(10)));
+        // A client of this crate waits as well; it must not keep the Java waiter out for long.
+        let crate_waiter = {
+            let lock = b.lock(name);
+            tokio::spawn(async move {
+                let g = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                g.unlock().await.unwrap();
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = Instant::now();
+        if unlock {
+            guard.unlock().await.unwrap();
+        } else {
+            drop(guard);
+        }
+        let (got_at, heard) = java.await.unwrap();
+        let got_at = got_at.expect("the Redisson waiter did not get the lock in 10 s");
+        let after = got_at.saturating_duration_since(released);
+        eprintln!("unlock={unlock}: Java got in {after:?} after the release; heard {heard:?}");
+        assert!(
+            after < Duration::from_secs(1),
+            "unlock={unlock}: the Java waiter got in {after:?} after the release"
+        );
+        assert!(
+            !heard.contains(&1),
+            "a 1 wakes every Redisson waiter: {heard:?}"
+        );
+        tokio::time::timeout(Duration::from_secs(10), crate_waiter)
+            .await
+            .expect("the crate's waiter never got in after the Java holder left")
+            .unwrap();
+        assert_eq!(s.cmd::<i64>(&["EXISTS", name]), 0);
+    }
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// Redisson's `lock()` on this thread: the instant it got the lock (then held 20 ms and
+/// given back with Redisson's unlock script), or `None` by `limit`; and the messages heard.
+fn redisson_lock(url: &str, name: &str, limit: Duration) -> (Option<Instant>, Vec<i64>) {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let mut sub = client.get_connection().unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(channel_name(name)).unwrap();
+    let t0 = Instant::now();
+    let mut heard = Vec::new();
+    while t0.elapsed() < limit {
+        let ttl: Option<i64> = redis::Script::new(ACQUIRE)
+            .key(name)
+            .arg(30_000)
+            .arg(JAVA_FIELD)
+            .invoke(&mut conn)
+            .unwrap();
+        let Some(ttl) = ttl else {
+            let got = Instant::now();
+            std::thread::sleep(Duration::from_millis(20));
+            let _: Option<i64> = redis::Script::new(UNLOCK)
+                .key(name)
+                .key(channel_name(name))
+                .key(format!("redisson_unlock_latch:{{{name}}}:nu3"))
+                .arg(UNLOCK_MESSAGE)
+                .arg(30_000)
+                .arg(JAVA_FIELD)
+                .arg("publish")
+                .arg(10_000)
+                .invoke(&mut conn)
+                .unwrap();
+            let _: () = redis::cmd("DEL")
+                .arg(format!("redisson_unlock_latch:{{{name}}}:nu3"))
+                .query(&mut conn)
+                .unwrap();
+            return (Some(got), heard);
+        };
+        // Until a 0 (a 1 would wake every waiter), at most the holder's TTL.
+        let until = Instant::now() + Duration::from_millis(ttl.clamp(1, 30_000) as u64);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            let left = left.min(limit.saturating_sub(t0.elapsed()));
+            if left.is_zero() {
+                break;
+            }
+            pubsub.set_read_timeout(Some(left)).unwrap();
+            let Ok(msg) = pubsub.get_message() else { break };
+            let payload: i64 = msg.get_payload().unwrap();
+            heard.push(payload);
+            if payload == 0 || payload == 1 {
+                break;
+            }
+        }
+    }
+    (None, heard)
+}
+
+/// The blocking client through `redis_rlock::blocking`: re-entry per thread, another
+/// thread kept out for its whole wait, a dropped guard released before `drop` returns,
+/// and its stats.
+#[cfg(feature = "blocking")]
+#[test]
+fn the_blocking_client_as_its_module_doc_shows() {
+    use redis_rlock::blocking::Client;
+    let s = RedisServer::start();
+    let client = Client::connect(s.url()).unwrap();
+    let lock = client.lock("nu3:blocking");
+
+    let outer = lock.lock().unwrap();
+    let inner = lock.lock().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 2, "same thread: hold count 2");
+    assert!(lock.is_held_by_current_thread().unwrap());
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            assert!(!lock.is_held_by_current_thread().unwrap());
+            let t0 = Instant::now();
+            let got = lock.try_lock_for(Duration::from_millis(300), None).unwrap();
+            assert!(got.is_none(), "another thread got in while held");
+            assert!(t0.elapsed() >= Duration::from_millis(290));
+        });
+    });
+    inner.unlock().unwrap();
+    outer.unlock().unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:blocking"]), 0);
+
+    let guard = lock
+        .try_lock_for(Duration::from_millis(500), None)
+        .unwrap()
+        .expect("free");
+    drop(guard);
+    assert_eq!(
+        s.cmd::<i64>(&["EXISTS", "nu3:blocking"]),
+        0,
+        "dropping released before it returned"
+    );
+    let st = client.stats();
+    assert_eq!((st.acquisitions, st.releases), (3, 3), "{st:?}");
+    client.shutdown().unwrap();
+}
