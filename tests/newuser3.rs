@@ -392,3 +392,88 @@ fn the_blocking_client_as_its_module_doc_shows() {
     assert_eq!((st.acquisitions, st.releases), (3, 3), "{st:?}");
     client.shutdown().unwrap();
 }
+
+/// Bad input from a caller new to the crate: each a typed error, with nothing left in
+/// Redis, and the client still working afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_typed_errors_and_leaves_nothing() {
+    use redis_rlock::{Error, MAX_DURATION, MAX_NAME_LEN};
+    let s = RedisServer::start();
+    let client = Client::connect(s.url()).await.unwrap();
+    let err = client.lock("").lock().await.unwrap_err();
+    assert!(matches!(err, Error::EmptyName), "{err:?}");
+    let long = "n".repeat(MAX_NAME_LEN + 1);
+    let err = client.lock(long).try_lock().await.unwrap_err();
+    assert!(matches!(err, Error::NameTooLong { .. }), "{err:?}");
+    let lock = client.lock("nu3:bad");
+    let err = lock.lock_with_lease(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidLease { .. }), "{err:?}");
+    // A wait beyond MAX_DURATION is documented as no deadline; a lease is not.
+    let err = lock
+        .try_lock_for(
+            Duration::from_millis(10),
+            Some(MAX_DURATION + Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::DurationOutOfRange { .. } | Error::InvalidLease { .. }
+        ),
+        "{err:?}"
+    );
+    // A key that is no lock is refused, and left as it was.
+    let _: () = s.cmd(&["SET", "nu3:bad", "app data"]);
+    let err = lock.try_lock().await.unwrap_err();
+    assert!(
+        matches!(err, Error::WrongType { .. } | Error::NotALock { .. }),
+        "{err:?}"
+    );
+    assert_eq!(s.cmd::<String>(&["GET", "nu3:bad"]), "app data");
+    let _: () = s.cmd(&["DEL", "nu3:bad"]);
+    let keys: Vec<String> = s.cmd(&["KEYS", "*"]);
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    client.shutdown().await.unwrap();
+}
+
+/// The blocking client where its module doc says: on a thread that drives a
+/// current-thread runtime a call is a typed error that sends nothing (no panic, no
+/// stalled runtime); on a multi-thread runtime's worker it runs (`block_in_place`).
+#[cfg(feature = "blocking")]
+#[test]
+fn the_blocking_client_refuses_a_current_thread_runtime_and_runs_on_a_worker() {
+    let s = RedisServer::start();
+    let client = redis_rlock::blocking::Client::connect(s.url()).unwrap();
+    let lock = client.lock("nu3:worker");
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = current
+        .block_on(async { lock.lock().map(drop) })
+        .unwrap_err();
+    assert!(
+        matches!(err, redis_rlock::Error::BlockingNotAllowed),
+        "{err:?}"
+    );
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:worker"]), 0, "sent nothing");
+
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let on_worker = {
+        let lock = lock.clone();
+        multi.spawn(async move { lock.lock().and_then(|g| g.unlock()) })
+    };
+    multi
+        .block_on(async { tokio::time::timeout(Duration::from_secs(5), on_worker).await })
+        .expect("the worker blocked for 5 s")
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:worker"]), 0);
+    client.shutdown().unwrap();
+}
