@@ -477,3 +477,49 @@ fn the_blocking_client_refuses_a_current_thread_runtime_and_runs_on_a_worker() {
     assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:worker"]), 0);
     client.shutdown().unwrap();
 }
+
+/// The README's semaphore and latch example, with its comments checked in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_semaphore_and_latch_example_does_what_it_says() {
+    let s = RedisServer::start();
+    let client = Client::connect(s.url()).await.unwrap();
+
+    let exports = client.semaphore("nu3:exports");
+    assert!(exports.try_set_permits(3).await.unwrap());
+    assert!(
+        !exports.try_set_permits(5).await.unwrap(),
+        "only if it does not exist yet"
+    );
+    assert_eq!(s.cmd::<String>(&["GET", "nu3:exports"]), "3");
+    assert!(exports
+        .try_acquire_for(1, Duration::from_secs(2))
+        .await
+        .unwrap());
+    assert_eq!(s.cmd::<String>(&["GET", "nu3:exports"]), "2");
+    let mut sub = s.conn();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("redisson_sc:{nu3:exports}").unwrap();
+    exports.release(1).await.unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let msg = pubsub.get_message().expect("release publishes");
+    assert_eq!(msg.get_channel_name(), "redisson_sc:{nu3:exports}");
+    assert_eq!(s.cmd::<String>(&["GET", "nu3:exports"]), "3");
+
+    let seats = client.permit_expirable_semaphore("nu3:seats");
+    assert!(seats.try_set_permits(10).await.unwrap());
+    let permit = seats.acquire(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(seats.available_permits().await.unwrap(), 9);
+    seats.release(permit.id()).await.unwrap();
+    assert_eq!(seats.available_permits().await.unwrap(), 10);
+
+    let ready = client.count_down_latch("nu3:workers-ready");
+    assert!(ready.try_set_count(2).await.unwrap());
+    ready.count_down().await.unwrap();
+    assert!(!ready.wait_for(Duration::from_millis(50)).await.unwrap());
+    ready.count_down().await.unwrap();
+    assert!(ready.wait_for(Duration::from_secs(1)).await.unwrap());
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:workers-ready"]), 0);
+    client.shutdown().await.unwrap();
+}
