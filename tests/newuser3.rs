@@ -523,3 +523,38 @@ async fn the_readme_semaphore_and_latch_example_does_what_it_says() {
     assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:workers-ready"]), 0);
     client.shutdown().await.unwrap();
 }
+
+/// The watchdog tells the holder at once when its lock is gone (the key deleted by
+/// hand here): `lost()` completes within a renewal period, `is_lost()` turns true, and
+/// `unlock` says `LeaseLost`, as the guard's docs list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_lock_is_reported_lost_by_the_watchdog() {
+    let s = RedisServer::start();
+    let client = client_with(
+        &s.url(),
+        Duration::from_millis(900),
+        Duration::from_millis(500),
+    )
+    .await;
+    let g = client.lock("nu3:gone").lock().await.unwrap();
+    assert!(!g.is_lost());
+    let _: () = s.cmd(&["DEL", "nu3:gone"]);
+    let t0 = Instant::now();
+    tokio::time::timeout(Duration::from_secs(2), g.lost())
+        .await
+        .expect("lost() still pending 2 s after the key was deleted");
+    let after = t0.elapsed();
+    assert!(
+        after < Duration::from_millis(900),
+        "noticed after {after:?}"
+    );
+    assert!(g.is_lost());
+    assert!(client.stats().leases_lost >= 1, "{:?}", client.stats());
+    let err = g.unlock().await.unwrap_err();
+    assert!(
+        matches!(err, redis_rlock::Error::LeaseLost { .. }),
+        "{err:?}"
+    );
+    assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:gone"]), 0);
+    client.shutdown().await.unwrap();
+}
