@@ -558,3 +558,66 @@ async fn a_deleted_lock_is_reported_lost_by_the_watchdog() {
     assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:gone"]), 0);
     client.shutdown().await.unwrap();
 }
+
+/// The README's RedLock over three independent servers: a majority grants it, a second
+/// RedLock on the same name is kept out, and with one server stopped the other two still
+/// make a majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_redlock_takes_a_majority_of_three_servers() {
+    use redis_rlock::RedLock;
+    let mut servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for s in &servers {
+        ours.push(
+            Client::connect(s.url())
+                .await
+                .unwrap()
+                .lock("nu3:orders:42"),
+        );
+        theirs.push(
+            Client::connect(s.url())
+                .await
+                .unwrap()
+                .lock("nu3:orders:42"),
+        );
+    }
+    let ours = RedLock::new(ours).unwrap();
+    let theirs = RedLock::new(theirs).unwrap();
+    assert_eq!(ours.quorum(), 2);
+
+    let g = ours
+        .try_lock_for(Duration::from_secs(1), None)
+        .await
+        .unwrap()
+        .expect("three free servers");
+    for s in &servers {
+        assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:orders:42"]), 1);
+    }
+    assert!(theirs
+        .try_lock_for(Duration::from_millis(200), None)
+        .await
+        .unwrap()
+        .is_none());
+    g.unlock().await.unwrap();
+    for s in &servers {
+        assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:orders:42"]), 0);
+    }
+
+    servers[2].kill();
+    let g = tokio::time::timeout(
+        Duration::from_secs(10),
+        theirs.try_lock_for(Duration::from_secs(2), None),
+    )
+    .await
+    .expect("a RedLock with a server down took 10 s")
+    .unwrap()
+    .expect("two of three servers are a majority");
+    assert_eq!(servers[0].cmd::<i64>(&["EXISTS", "nu3:orders:42"]), 1);
+    g.unlock().await.unwrap();
+    assert_eq!(servers[0].cmd::<i64>(&["EXISTS", "nu3:orders:42"]), 0);
+}
