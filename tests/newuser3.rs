@@ -544,10 +544,9 @@ async fn a_deleted_lock_is_reported_lost_by_the_watchdog() {
         .await
         .expect("lost() still pending 2 s after the key was deleted");
     let after = t0.elapsed();
-    assert!(
-        after < Duration::from_millis(900),
-        "noticed after {after:?}"
-    );
+    // By the next renewal (300 ms) at best; by the lease confirmed before the delete
+    // (900 ms) at worst.
+    assert!(after < Duration::from_secs(1), "noticed after {after:?}");
     assert!(g.is_lost());
     assert!(client.stats().leases_lost >= 1, "{:?}", client.stats());
     let err = g.unlock().await.unwrap_err();
