@@ -429,3 +429,38 @@ async fn a_deleted_lock_is_reported_lost_by_the_watchdog() {
     assert_eq!(s.cmd::<i64>(&["EXISTS", "nu3:gone"]), 0);
     client.shutdown().await.unwrap();
 }
+
+/// A guard that outlives its runtime (a test's runtime dropped, a service stopping
+/// without `shutdown`): no watchdog renews it any more, so it says it is lost at once
+/// (`Stats::leases_lost` lists "runtime gone"), while the key still has lease left;
+/// dropping it then does not panic, and the hold expires with its lease.
+#[test]
+fn a_guard_that_outlives_its_runtime_is_lost_and_drops_quietly() {
+    let s = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (client, guard) = rt.block_on(async {
+        let c = client_with(&s.url(), Duration::from_secs(1), Duration::from_millis(500)).await;
+        let g = c.lock("nu3:orphan").lock().await.unwrap();
+        (c, g)
+    });
+    assert!(!guard.is_lost());
+    drop(rt);
+    assert!(guard.is_lost(), "held with no runtime to renew it");
+    let pttl: i64 = s.cmd(&["PTTL", "nu3:orphan"]);
+    assert!(pttl > 0 && pttl <= 1_000, "the lease left: {pttl}");
+    drop(guard);
+    drop(client);
+    let t0 = Instant::now();
+    while s.cmd::<i64>(&["EXISTS", "nu3:orphan"]) == 1 && t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        s.cmd::<i64>(&["EXISTS", "nu3:orphan"]),
+        0,
+        "the hold outlived its lease"
+    );
+}

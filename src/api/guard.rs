@@ -85,7 +85,9 @@ impl LockGuard {
     /// keeps the key alive). That lease is counted on the monotonic clock from the send
     /// of the request that confirmed it, so this turns true no later than the key can expire on Redis,
     /// whether or not the watchdog could run meanwhile (a blocked thread, a paused
-    /// process, a stalled Redis). Once true, it stays true.
+    /// process, a stalled Redis). A watchdog guard is also lost at once when the runtime
+    /// its client's watchdog runs on shuts down, as nothing renews it after that (the
+    /// key keeps the rest of its lease). Once true, it stays true.
     ///
     /// Check it right before a write the lock protects; what a pause *after* the check
     /// can do only a fencing token stops (see [`fencing_token`](Self::fencing_token)).
