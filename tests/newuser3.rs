@@ -464,3 +464,35 @@ fn a_guard_that_outlives_its_runtime_is_lost_and_drops_quietly() {
         "the hold outlived its lease"
     );
 }
+
+/// `Lock::run` whose work panics: the panic reaches the caller (here a task's
+/// `JoinError`) and the lock is released in the background at once, as its doc says,
+/// so that a waiter of another client gets in long before the 30 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_inside_run_releases_the_lock() {
+    let s = RedisServer::start();
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    let lock = a.lock("nu3:panic");
+    let (entered, in_work) = tokio::sync::oneshot::channel::<()>();
+    let worker = tokio::spawn(async move {
+        lock.run(|| async move {
+            entered.send(()).unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            panic!("the work failed");
+        })
+        .await
+    });
+    in_work.await.unwrap();
+    let t0 = Instant::now();
+    let g = tokio::time::timeout(Duration::from_secs(5), b.lock("nu3:panic").lock())
+        .await
+        .expect("the lock was still held 5 s after the work panicked")
+        .unwrap();
+    let waited = t0.elapsed();
+    assert!(worker.await.unwrap_err().is_panic());
+    assert!(waited < Duration::from_secs(1), "waited {waited:?}");
+    g.unlock().await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
