@@ -108,11 +108,13 @@ if fresh and turns and waits then
     elseif turn and redis.call('exists', KEYS[1]) == 0 then
         -- This client's turn, given while a subscriber outside the line listened (a
         -- Redisson waiter): it is set YIELD_MS past the window (published.lua), and
-        -- its first part is that subscriber's. Redis counts a PTTL in whole ms, so a
-        -- turn set by a client with a longer window, or by an older build, yields
-        -- nothing here.
+        -- its first part is that subscriber's. Redis counts a PTTL in whole ms. Only
+        -- up to YIELD_MS is read as that part: a turn set by a client with a longer
+        -- window, or written by someone else with a long TTL, would otherwise keep
+        -- this client off a free lock for all it lasts beyond this window
+        -- (adv_yield::a_turn_given_with_a_longer_window_is_not_refused_to_its_own_client).
         local early = redis.call('pttl', KEYS[4]) - tonumber(ARGV[4])
-        if early > 0 then
+        if early > 0 and early <= 2 then
             return {0, early, 1}
         end
     end
