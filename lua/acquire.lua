@@ -98,9 +98,14 @@ if fresh and turns and waits then
     turn = redis.call('get', KEYS[4])
     if turn and turn ~= me then
         -- A value without a TTL is no turn (every turn has its window): foreign data,
-        -- which would hold every waiting call off for ever.
+        -- which would hold every waiting call off for ever. Nor is one longer than a
+        -- peer with this client's window sets (the window, plus YIELD_MS for a yield):
+        -- foreign data again, or a peer with a longer window, which the clients of a
+        -- name are told not to mix; waiting it out kept the free lock from every
+        -- waiter for all its TTL
+        -- (adv_yield::a_long_lived_turn_of_a_gone_client_does_not_hold_a_waiter_off).
         local left = redis.call('pttl', KEYS[4])
-        if left > 0 then
+        if left > 0 and left <= tonumber(ARGV[4]) + 2 then
             wait_in_line()
             return {0, left, 1}
         end
