@@ -98,9 +98,14 @@ if fresh and turns and waits then
     turn = redis.call('get', KEYS[4])
     if turn and turn ~= me then
         -- A value without a TTL is no turn (every turn has its window): foreign data,
-        -- which would hold every waiting call off for ever.
+        -- which would hold every waiting call off for ever. Nor is one longer than a
+        -- peer with this client's window sets (the window, plus YIELD_MS for a yield):
+        -- foreign data again, or a peer with a longer window, which the clients of a
+        -- name are told not to mix; waiting it out kept the free lock from every
+        -- waiter for all its TTL
+        -- (adv_yield::a_long_lived_turn_of_a_gone_client_does_not_hold_a_waiter_off).
         local left = redis.call('pttl', KEYS[4])
-        if left > 0 then
+        if left > 0 and left <= tonumber(ARGV[4]) + 2 then
             wait_in_line()
             return {0, left, 1}
         end
@@ -108,11 +113,13 @@ if fresh and turns and waits then
     elseif turn and redis.call('exists', KEYS[1]) == 0 then
         -- This client's turn, given while a subscriber outside the line listened (a
         -- Redisson waiter): it is set YIELD_MS past the window (published.lua), and
-        -- its first part is that subscriber's. Redis counts a PTTL in whole ms, so a
-        -- turn set by a client with a longer window, or by an older build, yields
-        -- nothing here.
+        -- its first part is that subscriber's. Redis counts a PTTL in whole ms. Only
+        -- up to YIELD_MS is read as that part: a turn set by a client with a longer
+        -- window, or written by someone else with a long TTL, would otherwise keep
+        -- this client off a free lock for all it lasts beyond this window
+        -- (adv_yield::a_turn_given_with_a_longer_window_is_not_refused_to_its_own_client).
         local early = redis.call('pttl', KEYS[4]) - tonumber(ARGV[4])
-        if early > 0 then
+        if early > 0 and early <= 2 then
             return {0, early, 1}
         end
     end

@@ -889,7 +889,15 @@ fn a_turn_given_while_a_stranger_listens_asks_its_client_to_yield() {
 /// `acquire.lua` as a waiting call of `field` sends it with turns on, its client in
 /// line with no other waiter (`l`), and its answer.
 fn acquire_in_line(s: &RedisServer, name: &str, field: &str, window: u64) -> redis::Value {
-    redis::cmd("EVAL")
+    let mut p = redis::pipe();
+    acquire_cmd(&mut p, name, field, window);
+    let (answer,): (redis::Value,) = p.query(&mut s.conn()).unwrap();
+    answer
+}
+
+/// Adds the call of [`acquire_in_line`] to `p`.
+fn acquire_cmd(p: &mut redis::Pipeline, name: &str, field: &str, window: u64) {
+    p.cmd("EVAL")
         .arg(redis_rlock::protocol::script_source("acquire.lua").unwrap())
         .arg(4)
         .arg(name)
@@ -900,9 +908,7 @@ fn acquire_in_line(s: &RedisServer, name: &str, field: &str, window: u64) -> red
         .arg(field)
         .arg(10_000)
         .arg(window)
-        .arg("fwl")
-        .query(&mut s.conn())
-        .unwrap()
+        .arg("fwl");
 }
 
 /// The yield is Redis's, not only the client's: an acquire of the client whose turn
@@ -923,13 +929,25 @@ fn a_turn_that_yields_first_is_refused_to_its_own_client_until_the_window_is_lef
         let turn_key = redis_rlock::protocol::turn_key(&name);
         let _ = release_heard(&s, &name, &field, strangers, window);
         let turn_ttl: i64 = s.cmd(&["PTTL", &turn_key]);
-        assert!(turn_ttl <= window + 2, "the turn's length: {turn_ttl}");
-        if yields {
-            // 40 ms more stand for the release's first 2 ms, which an acquire on
-            // another connection would often miss.
-            let _: () = s.cmd(&["PEXPIRE", &turn_key, &(window + 40).to_string()]);
-        }
-        let answer = acquire_in_line(&s, &name, &format!("{b}:1"), window as u64);
+        // A yielding turn lasts YIELD_MS (2) past the window, read maybe in its first ms.
+        let longest = if yields { window + 2 } else { window };
+        assert!(turn_ttl <= longest, "the turn's length: {turn_ttl}");
+        let answer = if yields {
+            // The turn set afresh in one transaction with the acquire, which Redis runs
+            // at one time: the release's first millisecond, which a take on another
+            // connection would often miss.
+            let mut p = redis::pipe();
+            p.atomic()
+                .cmd("PEXPIRE")
+                .arg(&turn_key)
+                .arg(window + 2)
+                .ignore();
+            acquire_cmd(&mut p, &name, &format!("{b}:1"), window as u64);
+            let (answer,): (redis::Value,) = p.query(&mut s.conn()).unwrap();
+            answer
+        } else {
+            acquire_in_line(&s, &name, &format!("{b}:1"), window as u64)
+        };
         if !yields {
             // No stranger: the turn is the window, and its client takes the lock.
             assert_eq!(answer, redis::Value::Nil, "taken in its turn");
@@ -943,7 +961,7 @@ fn a_turn_that_yields_first_is_refused_to_its_own_client_until_the_window_is_lef
             other => panic!("answered {other:?}"),
         };
         assert!(
-            (1..=40).contains(&left),
+            (1..=2).contains(&left),
             "busy for the yield's rest: {left} ms"
         );
         // A Redisson waiter takes the free lock meanwhile.

@@ -166,7 +166,9 @@ impl ClientBuilder {
     /// turns: they take a free lock as they always do. The turn only lasts this long, so
     /// a client that wakes slower than that (a heavily loaded machine) races as without
     /// turns. A client that hears another's turn announced holds its waiters back for its
-    /// own window, not the releaser's: give every client of a name the same window.
+    /// own window, not the releaser's, and takes a turn longer than its own window
+    /// plus 2 ms for foreign data (its waiting calls take the free lock during it):
+    /// give every client of a name the same window.
     pub fn turn_window(mut self, window: Duration) -> Self {
         self.config.turn_window = window;
         self
