@@ -74,7 +74,7 @@ pub use api::semaphore_permit::SemaphorePermit;
 pub use config::{MAX_DURATION, MAX_NAME_LEN};
 pub use error::{Error, Result};
 pub use identity::OwnerId;
-pub use state::handover::{DEFAULT_HANDOVER_LIMIT, DEFAULT_HANDOVER_WINDOW};
+pub use state::{DEFAULT_HANDOVER_LIMIT, DEFAULT_HANDOVER_WINDOW};
 pub use stats::Stats;
 
 /// Wire-level names of the lock layout (Redisson's), for tools that inspect or drive

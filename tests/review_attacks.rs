@@ -11,7 +11,7 @@ use common::RedisServer;
 use redis_rlock::{Client, MultiLock, OwnerId};
 
 /// A grant handed over to a waiter whose future is not polled yet is counted in the
-/// table as `handed`, not as a hold: `Table::drain` skips it, so shutdown neither
+/// table as `handed`, not as a hold: `Core::drain` skips it, so shutdown neither
 /// releases it nor waits for it. `Client::shutdown` promises that after it no lock of the
 /// client is left held in Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

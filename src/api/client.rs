@@ -21,9 +21,10 @@ pub use crate::config::{
 };
 use crate::error::{Error, Result};
 use crate::identity::Kind;
+use crate::policy::run::Limits;
 use crate::shell::services::ClientInner;
 use crate::shell::watchdog::Watchdog;
-use crate::state::table::Table;
+use crate::state::Core;
 use crate::stats::{Counters, Stats};
 use crate::wire::connection::{connect_error, open_client, Conn};
 use crate::wire::janitor::Janitor;
@@ -136,22 +137,23 @@ impl ClientBuilder {
             },
         }
         let id = config.id.clone();
-        let table = Arc::new(Table::new(config.watchdog_timeout, config.handover_window));
+        let core = Arc::new(Core::new(
+            config.watchdog_timeout,
+            Limits {
+                limit: config.handover_limit,
+                window: config.handover_window,
+                asks_at_end: crate::shell::services::runs_past_window(&conn),
+            },
+        ));
         let stats = Arc::new(Counters::default());
         let watchdog = Watchdog::start(
             conn.clone(),
             &config,
             &runtime,
             &background,
-            table.clone(),
+            core.clone(),
             stats.clone(),
         );
-        let handover = Arc::new(crate::state::handover::Handover::new(
-            table.clone(),
-            config.handover_limit,
-            config.handover_window,
-            crate::shell::services::runs_past_window(&conn),
-        ));
         let pubsub = PubSubHub::start(
             &self.deployment,
             &conn,
@@ -172,8 +174,7 @@ impl ClientBuilder {
                 watchdog,
                 pubsub,
                 janitor,
-                table,
-                handover,
+                core,
                 stats,
                 background,
                 closed: Signal::default(),
@@ -301,8 +302,8 @@ impl Client {
                 replica_sync: None,
                 sharded_pubsub: ShardedPubSub::Auto,
                 retry_window: DEFAULT_RETRY_WINDOW,
-                handover_limit: crate::state::handover::DEFAULT_HANDOVER_LIMIT,
-                handover_window: crate::state::handover::DEFAULT_HANDOVER_WINDOW,
+                handover_limit: crate::state::DEFAULT_HANDOVER_LIMIT,
+                handover_window: crate::state::DEFAULT_HANDOVER_WINDOW,
                 turn_window: crate::config::DEFAULT_TURN_WINDOW,
                 fair_lock_wait_timeout: crate::config::DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
                 address_map: Vec::new(),

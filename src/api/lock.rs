@@ -430,11 +430,11 @@ impl Lock {
             let deleted =
                 raw::force_release_rw(&inner.conn, name, channel, self.target.kind).await?;
             if deleted {
-                inner.table.forget_name(name);
+                inner.core.forget_name(name);
             }
             deleted
         } else if self.target.kind == Kind::Fair {
-            inner.table.forget_name(name);
+            inner.core.forget_name(name);
             raw::fair_leave(
                 &inner.conn,
                 name,
@@ -444,7 +444,7 @@ impl Lock {
             )
             .await?
         } else {
-            inner.table.forget_name(name);
+            inner.core.forget_name(name);
             raw::force_release(&inner.conn, name, channel).await?
         };
         tracing::debug!(lock = %self.target.name, deleted, "force unlock");

@@ -98,7 +98,7 @@ impl Lock {
         let local = self
             .target()
             .inner()
-            .table
+            .core
             .local_holds(&self.target().name, &field);
         let reply = raw::query(
             &self.target().inner().conn,

@@ -83,8 +83,7 @@ impl Target {
         // Only a plain lock hands over, so the waiters of other kinds always ask Redis.
         if let (Wait::Until(deadline), Kind::Plain) = (wait, self.kind) {
             let inner = self.inner();
-            let handover = &inner.handover;
-            let holder = || inner.table.holds(&self.name, &field);
+            let holder = || inner.core.holds(&self.name, &field);
             if let Some(until) = inner.held_back(&self.name, &self.channel) {
                 // This client just ended a run of hand-overs on the name, or yields its
                 // turn: the waiters the release woke (in other clients too) go first.
@@ -93,7 +92,7 @@ impl Target {
                 }
             } else if let Some(until) = inner
                 .hands_over()
-                .then(|| handover.behind(&self.name))
+                .then(|| inner.core.behind(&self.name))
                 .flatten()
             {
                 // Others of this client sleep on it, so it is held until at least `until`
@@ -236,7 +235,7 @@ impl Target {
     fn queued(&self, field: &Arc<str>, lease: Option<Duration>) -> Queued {
         let inner = self.inner();
         Queued {
-            waiter: inner.handover.waiter(
+            waiter: inner.core.waiter(
                 &self.name,
                 field,
                 lease.unwrap_or(inner.config.watchdog_timeout),
@@ -255,9 +254,9 @@ impl Target {
             ..self.clone()
         };
         // A writer that also reads (it downgraded) re-enters its write lock as usual.
-        let table = &self.inner().table;
-        if table.holds(&self.name, &read.field_of(owner))
-            && !table.holds(&self.name, &self.field_of(owner))
+        let core = &self.inner().core;
+        if core.holds(&self.name, &read.field_of(owner))
+            && !core.holds(&self.name, &self.field_of(owner))
         {
             return Err(Error::UpgradeRefused {
                 name: self.name.to_string(),

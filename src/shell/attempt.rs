@@ -15,7 +15,7 @@ use crate::shell::line::Counted;
 use crate::shell::release::{self, release_hold};
 use crate::shell::services::ClientInner;
 use crate::shell::target::{Hold, Target, ATTEMPTS};
-use crate::state::table::{Begin, InFlightGuard};
+use crate::state::{Begin, InFlightGuard};
 use crate::stats::Event;
 use crate::wire::raw::{self, Attempt};
 
@@ -59,12 +59,12 @@ impl Target {
         let mut waited = adopt;
         let (fresh, in_flight) = loop {
             match inner
-                .table
+                .core
                 .begin_acquire(&self.name, field, reenter, waited, adopt)
             {
                 Begin::Wait => {
                     // Boxed: rarely taken, and every waiting task carries this future.
-                    Box::pin(inner.table.settled(&self.name, field, inner.offer_bound())).await;
+                    Box::pin(inner.core.settled(&self.name, field, inner.offer_bound())).await;
                     waited = true;
                 }
                 Begin::Reentered(entry) => {
@@ -186,7 +186,7 @@ impl Target {
                         if waits
                             && hold.kind == crate::identity::Kind::Plain
                             && !inner.config.turn_window.is_zero()
-                            && inner.table.in_line(&hold.name) == 0
+                            && inner.core.in_line(&hold.name) == 0
                         {
                             let _ = raw::leave_line(&inner.conn, &hold.name, &inner.id).await;
                         }
@@ -286,7 +286,7 @@ impl Target {
             Some(l) => {
                 let expires = sent + l;
                 inner
-                    .table
+                    .core
                     .add_fixed(&self.name, &hold.field, hold.kind, expires);
                 HeldKind::Lease { expires }
             }
@@ -305,13 +305,13 @@ impl Target {
 /// [`grant_effect`](crate::policy::line::grant_effect)).
 fn line_flag(inner: &ClientInner, name: &str, in_line: Counted) -> raw::Line {
     let turns = !inner.config.turn_window.is_zero();
-    crate::policy::line::grant_effect(turns, inner.table.in_line(name), in_line)
+    crate::policy::line::grant_effect(turns, inner.core.in_line(name), in_line)
 }
 
 /// Gives back one hold taken by an acquire whose caller will not use it.
 pub(crate) async fn undo_grant(inner: &Arc<ClientInner>, hold: &Hold) {
     let keep = inner
-        .table
+        .core
         .watched(&hold.name, &hold.field)
         .then(|| inner.watchdog.lease());
     let undo = release_hold(inner, hold, keep, 1).await;

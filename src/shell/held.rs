@@ -14,7 +14,7 @@ use crate::shell::inflight::Completing;
 use crate::shell::release::release_hold;
 use crate::shell::services::ClientInner;
 use crate::shell::target::{Hold, Target};
-use crate::state::table::{Handback, InFlightGuard, WatchEntry};
+use crate::state::{Handback, InFlightGuard, WatchEntry};
 use crate::stats::Event;
 use crate::wire::raw::Release;
 
@@ -22,7 +22,7 @@ pub(crate) enum HeldKind {
     /// Renewed by the watchdog; lost when the watchdog says so.
     Watchdog(Arc<WatchEntry>),
     /// Fixed lease; surely gone at `expires` (measured from when the acquire was sent),
-    /// unless a watchdog hold of the same field covers it (see `Table::cover`).
+    /// unless a watchdog hold of the same field covers it (see `Core::cover`).
     Lease { expires: Instant },
 }
 
@@ -110,7 +110,7 @@ impl Held {
                     && state
                         .target
                         .inner
-                        .table
+                        .core
                         .cover(&state.hold.name, &state.hold.field, *expires)
                         .is_none()
             }
@@ -124,9 +124,9 @@ impl Held {
                 HeldKind::Lease { expires } => {
                     tokio::time::sleep_until(*expires).await;
                     // Past its own lease, the hold lives as long as a watchdog hold of the
-                    // same field that covered it (see `Table::cover`).
-                    let table = &state.target.inner.table;
-                    while let Some(e) = table.cover(&state.hold.name, &state.hold.field, *expires) {
+                    // same field that covered it (see `Core::cover`).
+                    let core = &state.target.inner.core;
+                    while let Some(e) = core.cover(&state.hold.name, &state.hold.field, *expires) {
                         tokio::select! {
                             _ = e.lost.wait() => {}
                             _ = tokio::time::sleep_until(e.valid_until()) => {}
@@ -199,11 +199,11 @@ impl HeldState {
         match &self.kind {
             HeldKind::Watchdog(entry) => {
                 let lost = inner.watchdog.check_lost(entry);
-                inner.table.release_watched(entry, lost)
+                inner.core.release_watched(entry, lost)
             }
             HeldKind::Lease { expires } => {
                 inner
-                    .table
+                    .core
                     .release_fixed(&self.hold.name, &self.hold.field, *expires)
             }
         }
@@ -251,7 +251,7 @@ impl Drop for Held {
         // In flight from the drop itself, not from the errand's first poll: an acquire
         // of the same owner right after the drop waits for this release (see `InFlightGuard`)
         // instead of re-entering the hold it is about to give back.
-        let in_flight = inner.table.begin(&state.hold.name, &state.hold.field);
+        let in_flight = inner.core.begin(&state.hold.name, &state.hold.field);
         inner.clone().spawner().errand(async move {
             let _in_flight = in_flight;
             let r = release_hold(&inner, &state.hold, keep, holds).await;

@@ -69,7 +69,7 @@ impl<'a> InLine<'a> {
         match t.kind {
             Kind::Plain if !t.inner().config.turn_window.is_zero() => {
                 self.joined = true;
-                t.inner().table.join_line(&t.name);
+                t.inner().core.join_line(&t.name);
             }
             // Each waiter of a fair lock has its own place in the lock's queue, a
             // waiting writer holds new readers back, and a waiting reader may be named
@@ -109,13 +109,13 @@ impl InLine<'_> {
             // flag of the next grant, and of the next waiter's, is read from it. Only
             // a client that keeps no waiter in line, and was not taken out by a grant,
             // has to take itself out.
-            if !inner.table.leave_line(&name) || self.granted_by_redis {
+            if !inner.core.leave_line(&name) || self.granted_by_redis {
                 return None;
             }
             return Some(Box::pin(async move {
                 // A waiter of the client that counted itself since is in line: its
                 // attempt may have found the client there and not joined again.
-                if inner.table.in_line(&name) > 0 {
+                if inner.core.in_line(&name) > 0 {
                     return;
                 }
                 if let Err(e) = raw::leave_line(&inner.conn, &name, &inner.id).await {

@@ -11,8 +11,7 @@ use crate::identity::Kind;
 use crate::policy::run::Settled;
 use crate::shell::services::ClientInner;
 use crate::shell::target::{Hold, ATTEMPTS};
-use crate::state::queue::{Grant, Offer, Terms, Ticket};
-use crate::state::table::Unanswered;
+use crate::state::{Grant, Offer, Terms, Ticket, Unanswered};
 use crate::wire::raw::{self, Release, ReleaseCall, LATE_COPIES};
 
 /// The longest pause of this client's acquires after it ended a run of hand-overs
@@ -26,7 +25,7 @@ const SENT_PAUSE: Duration = Duration::from_millis(2);
 pub(crate) fn release_detached(inner: Arc<ClientInner>, hold: Hold) {
     // In flight from now, not from the task's first poll: an acquire of the same field
     // must wait for it (see `InFlightGuard`).
-    let in_flight = inner.table.begin(&hold.name, &hold.field);
+    let in_flight = inner.core.begin(&hold.name, &hold.field);
     inner.clone().spawner().errand(async move {
         let _in_flight = in_flight;
         let r = release_hold(&inner, &hold, None, 1).await;
@@ -48,8 +47,8 @@ impl Offered {
     /// The release did not hand over; it does not count toward the run either.
     fn withdraw(&mut self, unsure: bool) {
         self.settled = true;
-        let handover = &self.inner.handover;
-        handover.settled(&self.name, self.terms, Settled::NotHandedOver);
+        let core = &self.inner.core;
+        core.offer_settled(&self.name, self.terms, Settled::NotHandedOver);
         if unsure {
             self.ticket.unsure()
         } else {
@@ -95,7 +94,7 @@ pub(crate) async fn release_field(
 }
 
 /// Gives back `holds` of the hash's count; when that may be the last hold, hands the lock
-/// to the oldest sleeping waiter of this client if there is one (see [`crate::state::handover`]).
+/// to the oldest sleeping waiter of this client if there is one (see [`crate::state`]).
 pub(crate) async fn release_hold(
     inner: &Arc<ClientInner>,
     hold: &Hold,
@@ -109,25 +108,18 @@ pub(crate) async fn release_hold(
         keep.is_none() && inner.hands_over() && !inner.closed.is_set() && hold.kind == Kind::Plain;
     // Releases of this field that got no answer go first: counted on as run, they
     // would make this one partial, and a late copy of one could hit a later hold.
-    let records = inner.table.unanswered(&hold.name, &hold.field);
+    let records = inner.core.unanswered(&hold.name, &hold.field);
     if !records.is_empty() {
-        let _settling = inner.table.begin(&hold.name, &hold.field);
+        let _settling = inner.core.begin(&hold.name, &hold.field);
         settle_unanswered(inner, hold, records).await?;
     }
     // Read before the table's section: the hub's lock is not taken inside it.
-    let listening =
-        may_offer && inner.handover.asks_at_end() && inner.pubsub.is_ready(&hold.channel);
-    let (_in_flight, plan, _offered) = inner.table.begin_release(
-        &hold.name,
-        &hold.field,
-        may_offer,
-        |q, busy| inner.handover.pick(q, listening, busy),
-        |plan| match plan {
-            Offer::To(ticket, _) => Some(ticket.field.clone()),
-            _ => None,
-        },
-    );
-    match plan.unwrap_or(Offer::Publish) {
+    let listening = may_offer && inner.core.asks_at_end() && inner.pubsub.is_ready(&hold.channel);
+    let (_in_flight, plan, _offered) =
+        inner
+            .core
+            .begin_release(&hold.name, &hold.field, may_offer, listening);
+    match plan {
         Offer::To(ticket, terms) => {
             let offer = Offered {
                 ticket,
@@ -144,7 +136,7 @@ pub(crate) async fn release_hold(
             // Held back from before the send, for about a round trip more than the
             // gap: the release's message may wake this client's waiters before its
             // reply comes back. Set again from the reply.
-            inner.handover.hold_back(&hold.name, gap + SENT_PAUSE);
+            inner.core.hold_back(&hold.name, gap + SENT_PAUSE);
             send_release(inner, hold, keep, holds, None, Some(gap)).await
         }
         Offer::Publish => send_release(inner, hold, keep, holds, None, None).await,
@@ -171,7 +163,7 @@ pub(crate) async fn settle_unanswered(
             resend(inner, hold, &u).await?;
         }
         inner
-            .table
+            .core
             .settle_unanswered(&hold.name, &hold.field, &u.latch);
     }
     Ok(())
@@ -280,7 +272,7 @@ async fn send_release(
                         keep,
                         sent,
                     };
-                    inner.table.add_unanswered(&hold.name, &hold.field, u);
+                    inner.core.add_unanswered(&hold.name, &hold.field, u);
                 }
                 break Err(e.during("unlock, every send; the hold may last until its lease ends"));
             }
@@ -293,17 +285,17 @@ async fn send_release(
             // Capped: a slow (retried) unlock says little about the round trip. At
             // least `gap`, for waiters that do not hear the message.
             let period = (sent.elapsed() * 2).min(MAX_PAUSE).max(gap);
-            inner.handover.hold_back(&hold.name, period);
+            inner.core.hold_back(&hold.name, period);
         }
         // Nothing was published: no reason to hold back.
-        (Some(_), false) if offer.is_none() => inner.handover.hold_back(&hold.name, Duration::ZERO),
+        (Some(_), false) if offer.is_none() => inner.core.hold_back(&hold.name, Duration::ZERO),
         _ => {}
     }
     if let Some(mut o) = offer.take() {
         match &outcome {
             Ok(Release::HandedOver { token, unacked }) => {
                 o.settled = true;
-                let mark = inner.table.handing(&hold.name, &o.ticket.field);
+                let mark = inner.core.handing(&hold.name, &o.ticket.field);
                 let delivered = o.ticket.deliver(
                     Grant {
                         token: *token,
@@ -313,7 +305,7 @@ async fn send_release(
                     Box::new(mark),
                 );
                 if delivered {
-                    inner.handover.wake_field(&hold.name, &o.ticket.field);
+                    inner.core.wake_field(&hold.name, &o.ticket.field);
                 } else {
                     // The waiter left meanwhile: the hold is ours to give back.
                     release_detached(
@@ -328,7 +320,9 @@ async fn send_release(
             Ok(Release::GaveWay) => {
                 // The waiter sleeps on, in its place, until its client's turn comes.
                 o.pass();
-                inner.handover.settled(&hold.name, terms, Settled::GaveWay);
+                inner
+                    .core
+                    .offer_settled(&hold.name, terms, Settled::GaveWay);
             }
             // Published past its window, the run is over (`Run::settled`).
             Ok(_) => o.withdraw(false),
@@ -348,7 +342,7 @@ pub(crate) async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
     inner.closed.set();
     let limit = inner.offer_bound();
     inner.watchdog.stop();
-    let holds = inner.table.drain();
+    let holds = inner.core.drain();
     let permits = inner.watchdog.drain_permits();
     let mut failed = None;
     let work = async {
@@ -374,7 +368,7 @@ pub(crate) async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
         // undo): wait until both are quiet at once.
         loop {
             inner.background.errands_done().await;
-            inner.table.all_settled().await;
+            inner.core.all_settled().await;
             if inner.background.errands_idle() {
                 break;
             }

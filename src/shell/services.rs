@@ -13,8 +13,7 @@ use crate::background::{Background, Signal, Spawner};
 use crate::config::{Config, ReplicaSync};
 use crate::error::{Error, Result};
 use crate::shell::watchdog::Watchdog;
-use crate::state::handover::Handover;
-use crate::state::table::Table;
+use crate::state::Core;
 use crate::stats::Counters;
 use crate::wire::connection::Conn;
 use crate::wire::janitor::Janitor;
@@ -45,9 +44,8 @@ pub(crate) struct ClientInner {
     pub(crate) watchdog: Watchdog,
     pub(crate) pubsub: PubSubHub,
     pub(crate) janitor: Janitor,
-    /// What the client knows of each lock name (see [`crate::state::table`]).
-    pub(crate) table: Arc<Table>,
-    pub(crate) handover: Arc<Handover>,
+    /// What the client knows of each lock name (see [`crate::state`]).
+    pub(crate) core: Arc<Core>,
     /// What the client has done, counted (see [`crate::Stats`]).
     pub(crate) stats: Arc<Counters>,
     pub(crate) background: Arc<Background>,
@@ -112,7 +110,7 @@ impl ClientInner {
     /// yield to first. A holder of the name never holds back (its re-entry must go
     /// through); the callers see to that.
     pub(crate) fn held_back(&self, name: &str, channel: &str) -> Option<Instant> {
-        let run = self.handover.held_back(name);
+        let run = self.core.held_back(name);
         let turn = self.pubsub.yielding(channel);
         run.max(turn)
     }

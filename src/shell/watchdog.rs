@@ -1,7 +1,7 @@
 //! The watchdog: one timer per client that keeps the leases of held locks alive, and
 //! tells their guards when one is lost.
 //!
-//! The holds it renews are the watchdog holds of the client's table ([`crate::state::table`]),
+//! The holds it renews are the watchdog holds of the client's table ([`crate::state`]),
 //! which also counts a task's nested holds (`docs/protocol.md`, "Local re-entry").
 //!
 //! Every `watchdog_timeout / 3` the timer renews every registered `(name, holder field)`
@@ -28,7 +28,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::background::Background;
 use crate::config::Config;
 use crate::identity::Kind;
-use crate::state::table::{Table, WatchEntry};
+use crate::state::{Core, WatchEntry};
 use crate::stats::{Counters, Event};
 use crate::wire::connection::Conn;
 use crate::wire::raw;
@@ -49,7 +49,7 @@ pub const BATCH: usize = 100;
 struct Shared {
     conn: Conn,
     lease: Duration,
-    table: Arc<Table>,
+    core: Arc<Core>,
     /// Expirable permits held in watchdog mode.
     permits: permits::Registry,
     passes: std::sync::atomic::AtomicU64,
@@ -75,13 +75,13 @@ impl Watchdog {
         config: &Config,
         runtime: &Handle,
         background: &Arc<Background>,
-        table: Arc<Table>,
+        core: Arc<Core>,
         stats: Arc<Counters>,
     ) -> Watchdog {
         let shared = Arc::new(Shared {
             conn,
             lease: config.watchdog_timeout,
-            table,
+            core,
             permits: Default::default(),
             passes: Default::default(),
             home: Mutex::new(runtime.clone()),
@@ -134,7 +134,7 @@ impl Watchdog {
         // A timer stopped with its runtime would never renew this hold.
         self.ensure_timer();
         self.shared
-            .table
+            .core
             .add_watched(name, field, sent_at + self.shared.lease, token, kind)
     }
 
@@ -254,7 +254,7 @@ impl Drop for TimerTask {
             return;
         }
         shared.timer_alive.store(false, Ordering::SeqCst);
-        for entry in shared.table.all_watched() {
+        for entry in shared.core.all_watched() {
             shared.mark_lost(&entry, "the runtime that ran the watchdog shut down");
         }
         for entry in shared.permits.all() {
@@ -303,7 +303,7 @@ impl Shared {
         // Renewing a lease that ran out could revive a lock someone else may have had
         // meanwhile.
         let due: Vec<(Arc<WatchEntry>, bool)> = self
-            .table
+            .core
             .all_watched()
             .into_iter()
             .map(|e| {
@@ -401,7 +401,7 @@ impl Shared {
 
     fn mark_lost(&self, entry: &Arc<WatchEntry>, why: &'static str) {
         // An entry unlocked meanwhile is not lost, just finished.
-        if self.table.drop_lost(entry) {
+        if self.core.drop_lost(entry) {
             tracing::warn!(lock = %entry.name, owner = %entry.field, reason = why, "lock lost while held");
             self.stats.count(Event::Lost);
             entry.lost.set();

@@ -24,7 +24,7 @@
 //! for longer than the unlock's own timeouts ([`Waiter::abandon_offer`]): it ends with its
 //! lease, or the field's next call adopts it (`acquire.lua`'s `f`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,9 +32,9 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::policy::run::{Limits, Next, Settled};
+use crate::policy::run::{Next, Settled};
 use crate::state::queue::{since_origin, Grant, Offer, Queue, State, Terms, Ticket, Woke};
-use crate::state::table::Table;
+use crate::state::table::Core;
 
 /// Default for [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit):
 /// hand-overs in a row on one name.
@@ -44,41 +44,12 @@ pub const DEFAULT_HANDOVER_LIMIT: u32 = 256;
 /// how long a run of hand-overs on one name may last.
 pub const DEFAULT_HANDOVER_WINDOW: Duration = Duration::from_millis(5);
 
-/// The hand-over policy of one client, over the queues of its table.
-pub(crate) struct Handover {
-    table: Arc<Table>,
-    /// The bounds on a run (`policy::run`).
-    limits: Limits,
-    /// Leaves since the last sweep of idle entries.
-    leaves: AtomicU64,
-    next_seq: AtomicU64,
-}
-
-impl Handover {
-    pub(crate) fn new(
-        table: Arc<Table>,
-        limit: u32,
-        window: Duration,
-        asks_at_end: bool,
-    ) -> Handover {
-        Handover {
-            table,
-            limits: Limits {
-                limit,
-                window,
-                asks_at_end,
-            },
-            leaves: AtomicU64::new(0),
-            next_seq: AtomicU64::new(0),
-        }
-    }
-
+impl Core {
     /// The oldest sleeping waiter of `name`, now marked offered (see [`pick`](Self::pick)).
     #[cfg(test)]
     pub(crate) fn offer(&self, name: &str) -> Offer {
         let name: Arc<str> = name.into();
-        self.table
-            .with_queue(&name, |q| self.pick(q, true, &|_| false))
+        self.with_queue(&name, |q| self.pick(q, true, &|_| false))
             .unwrap_or(Offer::Publish)
     }
 
@@ -91,7 +62,7 @@ impl Handover {
     ///
     /// `busy`: whether a field has a request in flight. Its waiters are passed over: a
     /// retry of that request could take a hold handed over meanwhile for its own grant.
-    pub(crate) fn pick(
+    pub(super) fn pick(
         &self,
         queue: &mut Queue,
         listening: bool,
@@ -119,9 +90,8 @@ impl Handover {
 
     /// The release that carried an offer of `name` on `terms` came out so (see
     /// [`Run::settled`](crate::policy::run::Run::settled)).
-    pub(crate) fn settled(&self, name: &Arc<str>, terms: Terms, outcome: Settled) {
-        self.table
-            .with_queue(name, |q| q.run.settled(terms, outcome));
+    pub(crate) fn offer_settled(&self, name: &Arc<str>, terms: Terms, outcome: Settled) {
+        self.with_queue(name, |q| q.run.settled(terms, outcome));
     }
 
     /// Whether a streak past its window may go on when Redis finds nobody else waiting.
@@ -131,8 +101,7 @@ impl Handover {
 
     /// Holds back this client's new acquires of `name` for `period` (see `yield_until`).
     pub(crate) fn hold_back(&self, name: &Arc<str>, period: Duration) {
-        self.table
-            .with_queue(name, |q| q.yield_until = Some(Instant::now() + period));
+        self.with_queue(name, |q| q.yield_until = Some(Instant::now() + period));
     }
 
     /// Whether tasks of this client already sleep waiting for `name`, and until when the
@@ -141,7 +110,6 @@ impl Handover {
     /// order. `None` when nobody sleeps or the known lease has run out.
     pub(crate) fn behind(&self, name: &str) -> Option<Instant> {
         let until = self
-            .table
             .peek_queue(name, |q| {
                 if q.sleeping.is_empty() {
                     None
@@ -157,7 +125,7 @@ impl Handover {
     /// another call of the same field (two futures of one task joined), which they may
     /// now re-enter instead of sleeping until the last holder's lease ends.
     pub(crate) fn wake_field(&self, name: &Arc<str>, field: &str) {
-        self.table.with_queue(name, |q| {
+        self.with_queue(name, |q| {
             for t in q.sleeping.values().filter(|t| &*t.field == field) {
                 t.changed.notify_one();
             }
@@ -166,7 +134,7 @@ impl Handover {
 
     /// Until when new acquires of `name` hold back, if they do now.
     pub(crate) fn held_back(&self, name: &str) -> Option<Instant> {
-        let until = self.table.peek_queue(name, |q| q.yield_until).flatten()?;
+        let until = self.peek_queue(name, |q| q.yield_until).flatten()?;
         (until > Instant::now()).then_some(until)
     }
 
@@ -189,27 +157,27 @@ impl Handover {
             mark: Mutex::new(None),
         });
         Waiter {
-            hub: self.clone(),
+            core: self.clone(),
             name: name.clone(),
             ticket,
         }
     }
 
     fn remove(&self, name: &Arc<str>, seq: u64) {
-        self.table.with_queue(name, |q| {
+        self.with_queue(name, |q| {
             q.sleeping.remove(&seq);
         });
         // Entries of names nobody touches again (a run of hand-overs that stopped
         // counting, say) are swept now and then.
         if self.leaves.fetch_add(1, Ordering::Relaxed) % 1024 == 1023 {
-            self.table.sweep_idle();
+            self.sweep_idle();
         }
     }
 }
 
 /// One waiting task's ticket. Dropping it leaves the queue; see [`Waiter::leave`].
 pub(crate) struct Waiter {
-    hub: Arc<Handover>,
+    core: Arc<Core>,
     name: Arc<str>,
     ticket: Arc<Ticket>,
 }
@@ -218,7 +186,7 @@ impl Waiter {
     /// Joins the queue for the sleep that follows; `holder_until` is when the holder's
     /// lease ends, if the last busy reply said.
     pub(crate) fn park(&self, holder_until: Option<Instant>) {
-        self.hub.table.with_queue(&self.name, |q| {
+        self.core.with_queue(&self.name, |q| {
             if *self.ticket.state.lock() == State::Free {
                 q.sleeping.insert(self.ticket.seq, self.ticket.clone());
                 if holder_until.is_some() {
@@ -250,7 +218,7 @@ impl Waiter {
     /// Leaves the queue after a sleep and says what happened meanwhile. A grant is taken
     /// (the ticket is free again).
     pub(crate) fn unpark(&self) -> Woke {
-        self.hub.remove(&self.name, self.ticket.seq);
+        self.core.remove(&self.name, self.ticket.seq);
         let mut s = self.ticket.state.lock();
         match *s {
             State::Offered => Woke::Offered,
@@ -315,7 +283,7 @@ impl Waiter {
     /// must release that hold. An offer still in flight is left to the unlocking side,
     /// which releases the hold if it is granted: [`Left::Offered`].
     pub(crate) fn leave(&self) -> Left {
-        self.hub.remove(&self.name, self.ticket.seq);
+        self.core.remove(&self.name, self.ticket.seq);
         let mut s = self.ticket.state.lock();
         let left = match *s {
             State::Granted(g) => Left::Granted(g),

@@ -150,7 +150,7 @@ impl Queue {
 static ORIGIN: once_cell::sync::Lazy<Instant> = once_cell::sync::Lazy::new(Instant::now);
 
 /// `at` as the policy's time: the time since [`ORIGIN`].
-pub(crate) fn since_origin(at: Instant) -> Duration {
+pub(super) fn since_origin(at: Instant) -> Duration {
     at.saturating_duration_since(*ORIGIN)
 }
 

@@ -14,7 +14,7 @@
 //! left in it is removed at once.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,12 +24,14 @@ use tokio::time::Instant;
 
 use crate::background::Signal;
 use crate::hash::Seeded;
+use crate::policy::run::Limits;
 use crate::state::queue::Queue;
 
 use crate::identity::Kind;
 use names::Names;
 
 pub(crate) use holds::{Begin, Handback};
+pub(crate) use in_flight::InFlightGuard;
 
 /// `(lock name, holder field)`.
 pub(crate) type SlotKey = (Arc<str>, Arc<str>);
@@ -160,26 +162,35 @@ impl Entry {
     }
 }
 
-/// The per-client table of lock names.
-pub(crate) struct Table {
+/// One client's state for every lock name, and the only way the shell reaches it (see
+/// [`crate::state`]).
+pub(crate) struct Core {
     names: Mutex<Names>,
-    /// How long a run of hand-overs counts ([`Queue::idle`]).
-    window: Duration,
     /// The watchdog lease: what a partial release keeps when watchdog holds remain.
     lease: Duration,
     in_flight: AtomicUsize,
     /// Told when the last request in flight settles.
     none: Notify,
+    /// The bounds on a run of hand-overs (`policy::run`); its window is also how long an
+    /// idle queue's run still counts ([`Queue::idle`]).
+    pub(super) limits: Limits,
+    /// Leaves since the last sweep of idle entries.
+    pub(super) leaves: AtomicU64,
+    /// The next waiter's place in its queue.
+    pub(super) next_seq: AtomicU64,
 }
 
-impl Table {
-    pub(crate) fn new(lease: Duration, window: Duration) -> Table {
-        Table {
+impl Core {
+    /// `lease`: the watchdog lease; `limits`: the bounds on a run of hand-overs.
+    pub(crate) fn new(lease: Duration, limits: Limits) -> Core {
+        Core {
             names: Mutex::new(Names::default()),
-            window,
             lease,
             in_flight: AtomicUsize::new(0),
             none: Notify::new(),
+            limits,
+            leaves: AtomicU64::new(0),
+            next_seq: AtomicU64::new(0),
         }
     }
 
@@ -196,7 +207,7 @@ impl Table {
             }
         };
         let r = f(entry);
-        if entry.empty(Instant::now, self.window) {
+        if entry.empty(Instant::now, self.limits.window) {
             names.remove_empty(name);
         }
         r
@@ -229,12 +240,12 @@ impl Table {
     }
 
     /// Runs `f` on the queue of `name`.
-    pub(crate) fn with_queue<R>(&self, name: &Arc<str>, f: impl FnOnce(&mut Queue) -> R) -> R {
+    pub(super) fn with_queue<R>(&self, name: &Arc<str>, f: impl FnOnce(&mut Queue) -> R) -> R {
         self.with(name, |e| f(&mut e.queue))
     }
 
     /// Runs `f` on the queue of `name` if there is an entry.
-    pub(crate) fn peek_queue<R>(&self, name: &str, f: impl FnOnce(&Queue) -> R) -> Option<R> {
+    pub(super) fn peek_queue<R>(&self, name: &str, f: impl FnOnce(&Queue) -> R) -> Option<R> {
         self.names.lock().get(name).map(|e| f(&e.queue))
     }
 
@@ -254,88 +265,6 @@ impl Table {
             e.in_line = e.in_line.saturating_sub(1);
             e.in_line == 0
         })
-    }
-
-    /// Records a request of `(name, field)` in flight until the guard is dropped.
-    pub(crate) fn begin(self: &Arc<Self>, name: &Arc<str>, field: &Arc<str>) -> InFlightGuard {
-        self.with_holder(name, field, |h, _| self.start(h));
-        self.guard(name, field)
-    }
-
-    fn start(&self, h: &mut Holder) {
-        h.in_flight += 1;
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn guard(self: &Arc<Self>, name: &Arc<str>, field: &Arc<str>) -> InFlightGuard {
-        InFlightGuard {
-            table: self.clone(),
-            name: name.clone(),
-            field: field.clone(),
-        }
-    }
-
-    fn end(&self, name: &Arc<str>, field: &Arc<str>) {
-        self.with_holder(name, field, |h, _| {
-            h.in_flight = h.in_flight.saturating_sub(1);
-            if h.in_flight == 0 {
-                if let Some(n) = h.settled.take() {
-                    n.notify_waiters();
-                }
-            }
-        });
-        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.none.notify_waiters();
-        }
-    }
-
-    /// Waits until no request of `(name, field)` is in flight, at most `limit`: a request
-    /// whose future is kept but no longer polled must not stall the field for good.
-    pub(crate) async fn settled(&self, name: &Arc<str>, field: &Arc<str>, limit: Duration) {
-        let wait = async {
-            loop {
-                let notify = {
-                    let mut names = self.names.lock();
-                    let h = names.get_mut(name).and_then(|e| e.holders.get_mut(field));
-                    match h {
-                        Some(h) if h.in_flight > 0 => h.settled.get_or_insert_default().clone(),
-                        _ => return,
-                    }
-                };
-                let done = notify.notified();
-                tokio::pin!(done);
-                done.as_mut().enable();
-                let now = self.peek(name, field, |h| {
-                    let ours = h.settled.as_ref().is_some_and(|n| Arc::ptr_eq(n, &notify));
-                    (h.in_flight, ours)
-                });
-                match now {
-                    None | Some((0, _)) => return,
-                    // Settled and started again in between: wait on the new round's signal.
-                    Some((_, false)) => continue,
-                    Some((_, true)) => done.await,
-                }
-            }
-        };
-        let _ = tokio::time::timeout(limit, wait).await;
-    }
-
-    /// Waits until no request of any field is in flight.
-    pub(crate) async fn all_settled(&self) {
-        loop {
-            let none = self.none.notified();
-            tokio::pin!(none);
-            none.as_mut().enable();
-            if self.in_flight.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            none.await;
-        }
-    }
-
-    /// Whether a request of `(name, field)` is in flight.
-    pub(crate) fn in_flight(&self, name: &str, field: &str) -> bool {
-        self.peek(name, field, |h| h.in_flight > 0).unwrap_or(false)
     }
 
     /// Whether the client holds `(name, field)` (watchdog or fixed lease).
@@ -435,16 +364,16 @@ impl Table {
             });
         }
         let now = Instant::now();
-        names.retain(|_, e| !e.empty(|| now, self.window));
+        names.retain(|_, e| !e.empty(|| now, self.limits.window));
         held
     }
 
     /// Drops entries nothing is left in (a run of hand-overs that stopped counting, say).
-    pub(crate) fn sweep_idle(&self) {
+    pub(super) fn sweep_idle(&self) {
         let now = Instant::now();
         self.names
             .lock()
-            .retain(|_, e| !e.empty(|| now, self.window));
+            .retain(|_, e| !e.empty(|| now, self.limits.window));
     }
 
     /// Names with an entry now.
@@ -466,27 +395,8 @@ impl Table {
     }
 }
 
-/// One request of a field in flight; dropping it settles it.
-///
-/// A retry recognises what its lost first send did by the holder field alone where no
-/// latch was written (a first grant, a published release; see `docs/protocol.md` 2.1,
-/// 2.2). That is only sound while no other request of the same field runs in between,
-/// and one could: a guard dropped in the background, or a cancelled `lock()` finishing
-/// there, while the same task takes the lock again. So an acquire of a field waits until
-/// the field's earlier requests are settled, retries and undos included.
-pub(crate) struct InFlightGuard {
-    table: Arc<Table>,
-    name: Arc<str>,
-    field: Arc<str>,
-}
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        self.table.end(&self.name, &self.field);
-    }
-}
-
 mod holds;
+mod in_flight;
 mod names;
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@
 //! - Every task waits (`lock()` with an explicit lease, no watchdog, no `try_lock`), one
 //!   hold per task at a time, no re-entry: every acquire carries `f` and `w`.
 //! - A task that starts while others of its client sleep asks Redis anyway (the client
-//!   queues it behind them without asking: `Handover::behind`); no early subscription.
+//!   queues it behind them without asking: `Core::behind`); no early subscription.
 //! - The client hears the lock's channel from its start to its end or crash,
 //!   subscribed at once; its turn messages are ignored as hints (a
 //!   waiter woken by "0" asks and meets `TurnBusy` instead of letting the "0" pass); an
@@ -415,7 +415,7 @@ fn release(w: &mut World, c: usize, t: usize, fate: Fate, rounds: u8) -> String 
     let now = Duration::from_millis(w.now() - super::world::EPOCH);
     let limits = w.cfg.handover;
     let cl = &mut w.clients[c];
-    // `Handover::pick`: the run decides, for the oldest sleeper.
+    // `Core::pick`: the run decides, for the oldest sleeper.
     let offer = cl
         .oldest_sleeper()
         .and_then(|n| match cl.run.next(now, &limits, true) {

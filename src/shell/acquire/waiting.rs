@@ -17,8 +17,7 @@ use crate::shell::line::InLine;
 use crate::shell::release::release_detached;
 use crate::shell::services::ClientInner;
 use crate::shell::target::{Hold, Target};
-use crate::state::handover::{Left, Waiter};
-use crate::state::queue::{Grant, Woke};
+use crate::state::{Grant, Left, Waiter, Woke};
 use crate::stats::Event;
 use crate::wire::pubsub::Subscription;
 use crate::wire::raw;
@@ -82,7 +81,7 @@ impl Waiting<'_> {
         // defers).
         let inner = target.inner();
         if let Some(until) = inner.held_back(&target.name, &target.channel) {
-            let holds = inner.table.holds(&target.name, &self.field);
+            let holds = inner.core.holds(&target.name, &self.field);
             if !holds && super::worth_holding_back(until, self.deadline) {
                 tokio::time::sleep_until(until).await;
             }
@@ -173,12 +172,12 @@ impl Waiting<'_> {
         // Not before earlier requests of the field are settled: a release of an earlier
         // call's unused grant (see `Queued`'s drop) would take a hold handed to this
         // task meanwhile. Still unsettled at the bound, the next attempt waits for them.
-        let table = &target.inner().table;
+        let core = &target.inner().core;
         let mut bound = bound;
-        if table.in_flight(&target.name, &self.field) {
+        if core.in_flight(&target.name, &self.field) {
             let began = Instant::now();
-            Box::pin(table.settled(&target.name, &self.field, bound)).await;
-            if table.in_flight(&target.name, &self.field) {
+            Box::pin(core.settled(&target.name, &self.field, bound)).await;
+            if core.in_flight(&target.name, &self.field) {
                 return Step::Attempt { adopt: false };
             }
             bound = bound.saturating_sub(began.elapsed());

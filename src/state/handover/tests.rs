@@ -1,15 +1,24 @@
 //! Unit tests of the hand-over queue and its offers.
 use super::*;
+use crate::policy::run::Limits;
 use crate::policy::run::{RUN_GAP_MAX, RUN_GAP_SHARE, RUN_WINDOWS};
 use crate::state::queue::Grant;
 
-fn hub(limit: u32) -> Arc<Handover> {
+fn hub(limit: u32) -> Arc<Core> {
     hub_with(limit, Duration::from_secs(3600))
 }
 
-fn hub_with(limit: u32, window: Duration) -> Arc<Handover> {
-    let table = Arc::new(Table::new(Duration::from_secs(30), window));
-    Arc::new(Handover::new(table, limit, window, false))
+fn hub_with(limit: u32, window: Duration) -> Arc<Core> {
+    core(limit, window, false)
+}
+
+fn core(limit: u32, window: Duration, asks_at_end: bool) -> Arc<Core> {
+    let limits = Limits {
+        limit,
+        window,
+        asks_at_end,
+    };
+    Arc::new(Core::new(Duration::from_secs(30), limits))
 }
 
 fn to(o: Offer) -> Arc<Ticket> {
@@ -28,14 +37,14 @@ fn grant(token: u64) -> Grant {
 }
 
 /// `n` waiters of `name`, fields `f0`, `f1`, ..., in first-wait order, not parked yet.
-fn waiters(h: &Arc<Handover>, name: &Arc<str>, n: usize) -> Vec<Waiter> {
+fn waiters(h: &Arc<Core>, name: &Arc<str>, n: usize) -> Vec<Waiter> {
     (0..n)
         .map(|i| h.waiter(name, &format!("f{i}").into(), Duration::from_secs(1), false))
         .collect()
 }
 
 /// `n` waiters of `name`, parked in first-wait order.
-fn parked(h: &Arc<Handover>, name: &Arc<str>, n: usize) -> Vec<Waiter> {
+fn parked(h: &Arc<Core>, name: &Arc<str>, n: usize) -> Vec<Waiter> {
     let ws = waiters(h, name, n);
     for w in &ws {
         w.park(None);
@@ -69,7 +78,7 @@ async fn offers_oldest_first_and_bounds_the_streak() {
     assert_eq!(&*to(h.offer("n")).field, "f2");
     assert!(matches!(h.offer("n"), Offer::Publish), "nobody left");
     assert_eq!(
-        h.table.peek_queue("n", |q| q.run.streak()).unwrap(),
+        h.peek_queue("n", |q| q.run.streak()).unwrap(),
         1,
         "a run still counting is kept"
     );
@@ -112,10 +121,10 @@ async fn revert_frees_the_waiter() {
     w.picked().await;
     assert_eq!(w.unpark(), Woke::Free);
     assert_eq!(w.outcome().await, Woke::Free);
-    assert!(h.table.peek_queue("n", |q| q.sleeping.is_empty()).unwrap());
-    h.settled(&"n".into(), Terms::Outright, Settled::NotHandedOver);
+    assert!(h.peek_queue("n", |q| q.sleeping.is_empty()).unwrap());
+    h.offer_settled(&"n".into(), Terms::Outright, Settled::NotHandedOver);
     // Nothing left counting: the name's entry is gone.
-    assert_eq!(h.table.peek_queue("n", |q| q.run.streak()), None);
+    assert_eq!(h.peek_queue("n", |q| q.run.streak()), None);
 }
 
 #[tokio::test]
@@ -145,11 +154,11 @@ async fn idle_entries_are_dropped() {
     let _t = to(h.offer("n"));
     // A run is counting: the entry stays while its window lasts.
     w.unpark();
-    assert!(h.table.peek_queue("n", |_| ()).is_some());
+    assert!(h.peek_queue("n", |_| ()).is_some());
     tokio::time::sleep(Duration::from_millis(20)).await;
     w.park(None);
     w.unpark();
-    assert_eq!(h.table.len(), 0);
+    assert_eq!(h.len(), 0);
 }
 
 #[tokio::test]
@@ -227,8 +236,7 @@ async fn a_streak_past_its_window_asks_redis_and_its_count_still_ends_it() {
     // Windows of 200 ms, so that only a stall that long between two offers could move
     // an offer past one.
     let window = Duration::from_millis(200);
-    let table = Arc::new(Table::new(Duration::from_secs(30), window));
-    let h = Arc::new(Handover::new(table, 4, window, true));
+    let h = core(4, window, true);
     let name: Arc<str> = "n".into();
     let _ws = parked(&h, &name, 8);
     let past = Duration::from_millis(300);
@@ -245,15 +253,14 @@ async fn a_streak_past_its_window_asks_redis_and_its_count_still_ends_it() {
     tokio::time::sleep(past).await;
     assert_eq!(terms(h.offer("n")), Terms::EndOfStreak);
     // Redis published instead: the streak is over.
-    h.settled(&name, Terms::EndOfStreak, Settled::NotHandedOver);
+    h.offer_settled(&name, Terms::EndOfStreak, Settled::NotHandedOver);
     assert_eq!(terms(h.offer("n")), Terms::Outright, "a new streak");
 }
 
 #[tokio::test]
 async fn a_streak_past_its_window_ends_outright_unless_the_client_listens() {
     let window = Duration::from_millis(200);
-    let table = Arc::new(Table::new(Duration::from_secs(30), window));
-    let h = Arc::new(Handover::new(table.clone(), 100, window, true));
+    let h = core(100, window, true);
     let name: Arc<str> = "n".into();
     let _ws = parked(&h, &name, 2);
     assert!(matches!(h.offer("n"), Offer::To(_, Terms::Outright)));
@@ -261,7 +268,7 @@ async fn a_streak_past_its_window_ends_outright_unless_the_client_listens() {
     // Not subscribed (yet, or any more): the script's one subscriber could be another
     // client's waiter.
     assert!(matches!(
-        table.with_queue(&name, |q| h.pick(q, false, &|_| false)),
+        h.with_queue(&name, |q| h.pick(q, false, &|_| false)),
         Some(Offer::EndStreak { .. })
     ));
 }
@@ -269,8 +276,7 @@ async fn a_streak_past_its_window_ends_outright_unless_the_client_listens() {
 #[tokio::test]
 async fn a_streak_that_redis_lets_go_on_still_ends_after_its_windows() {
     let window = Duration::from_millis(50);
-    let table = Arc::new(Table::new(Duration::from_secs(30), window));
-    let h = Arc::new(Handover::new(table, 10_000, window, true));
+    let h = core(10_000, window, true);
     let name: Arc<str> = "n".into();
     let _ws = parked(&h, &name, 40);
     let began = Instant::now();
@@ -302,31 +308,14 @@ async fn a_streak_that_redis_lets_go_on_still_ends_after_its_windows() {
 /// field waits for it.
 #[tokio::test]
 async fn an_offer_passes_over_a_field_in_flight_and_holds_its_own_field() {
-    let table = Arc::new(Table::new(
-        Duration::from_secs(30),
-        Duration::from_secs(3600),
-    ));
-    let h = Arc::new(Handover::new(
-        table.clone(),
-        100,
-        Duration::from_secs(3600),
-        false,
-    ));
+    let h = core(100, Duration::from_secs(3600), false);
+    let table = &h;
     let name: Arc<str> = "n".into();
     let _ws = parked(&h, &name, 2);
     // A twin call of f0 has a request in flight: f1 is offered instead.
     let twin = table.begin(&name, &"f0".into());
-    let (release, plan, offered) = table.begin_release(
-        &name,
-        &"holder".into(),
-        true,
-        |q, busy| h.pick(q, false, busy),
-        |o| match o {
-            Offer::To(t, _) => Some(t.field.clone()),
-            _ => None,
-        },
-    );
-    assert_eq!(&*to(plan.expect("an offer")).field, "f1");
+    let (release, plan, offered) = table.begin_release(&name, &"holder".into(), true, false);
+    assert_eq!(&*to(plan).field, "f1");
     assert!(offered.is_some());
     assert!(
         table.in_flight(&name, "f1"),

@@ -8,15 +8,15 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::{Holder, InFlightGuard, Table, Unanswered, WatchEntry, Watched};
+use super::{Core, Holder, InFlightGuard, Unanswered, WatchEntry, Watched};
 use crate::background::Signal;
 use crate::identity::Kind;
-use crate::state::queue::Queue;
+use crate::state::queue::Offer;
 
-/// How an acquire of a field starts (see [`Table::begin_acquire`]).
+/// How an acquire of a field starts (see [`Core::begin_acquire`]).
 pub(crate) enum Begin {
     /// Another request of the field is in flight: wait until it settles
-    /// ([`Table::settled`]), then begin again.
+    /// ([`Core::settled`]), then begin again.
     Wait,
     /// A live watchdog hold of the field was re-entered: nothing to send.
     Reentered(Arc<WatchEntry>),
@@ -30,7 +30,7 @@ pub(crate) enum Begin {
     },
 }
 
-/// What giving back one guard leaves to do (see [`Table::release_watched`]).
+/// What giving back one guard leaves to do (see [`Core::release_watched`]).
 pub(crate) enum Handback {
     /// Another guard of the same watchdog hold remains: nothing to send.
     Local,
@@ -42,7 +42,7 @@ pub(crate) enum Handback {
     Send { holds: u32, keep: Option<Duration> },
 }
 
-impl Table {
+impl Core {
     /// Starts an acquire of `(name, field)`. `reenter`: a live watchdog hold may be
     /// re-entered without a request. `waited`: the caller already waited for earlier
     /// requests of the field (as long as it may); it sends even if they are not done.
@@ -249,20 +249,19 @@ impl Table {
     }
 
     /// Starts a release of `(name, field)`. If the client holds nothing more under the
-    /// field and `may_offer`, `offer` picks from the name's queue whom the lock goes to;
-    /// it is told which fields have a request in flight, and the field `offered` names
-    /// is in flight too until the last guard returned drops (the offer is settled). A retry
-    /// of a request of that field (issue 24, finding 6: two calls of one task at once)
-    /// could otherwise take a hold handed over meanwhile for its own first grant, and
-    /// two guards would share one hold.
-    pub(crate) fn begin_release<O>(
+    /// field and `may_offer`, the name's queue is asked whom the lock goes to
+    /// ([`pick`](Self::pick); `listening` as there), passing over fields with a request
+    /// in flight; the offered field is in flight too until the last guard returned drops
+    /// (the offer is settled). A retry of a request of that field (issue 24, finding 6:
+    /// two calls of one task at once) could otherwise take a hold handed over meanwhile
+    /// for its own first grant, and two guards would share one hold.
+    pub(crate) fn begin_release(
         self: &Arc<Self>,
         name: &Arc<str>,
         field: &Arc<str>,
         may_offer: bool,
-        offer: impl FnOnce(&mut Queue, &dyn Fn(&str) -> bool) -> Option<O>,
-        offered: impl Fn(&O) -> Option<Arc<str>>,
-    ) -> (InFlightGuard, Option<O>, Option<OfferedGuard>) {
+        listening: bool,
+    ) -> (InFlightGuard, Offer, Option<OfferedGuard>) {
         self.with(name, |e| {
             let holds = {
                 let h = e.holders.entry(field.clone()).or_default();
@@ -280,51 +279,54 @@ impl Table {
                         .get(f)
                         .is_some_and(|h| h.in_flight > 0 || !h.unanswered.is_empty())
                 };
-                offer(&mut e.queue, &busy)
+                self.pick(&mut e.queue, listening, &busy)
             } else {
                 None
             };
-            let to = plan.as_ref().and_then(offered).map(|to| {
-                let h = e.holders.entry(to.clone()).or_default();
-                self.start(h);
-                h.offering += 1;
-                OfferedGuard(self.guard(name, &to))
-            });
-            (self.guard(name, field), plan, to)
+            let to = match &plan {
+                Some(Offer::To(ticket, _)) => {
+                    let h = e.holders.entry(ticket.field.clone()).or_default();
+                    self.start(h);
+                    h.offering += 1;
+                    Some(OfferedGuard(self.guard(name, &ticket.field)))
+                }
+                _ => None,
+            };
+            (self.guard(name, field), plan.unwrap_or(Offer::Publish), to)
         })
     }
 }
 
-impl Table {
+impl Core {
     /// Counts a grant handed to a waiter of `(name, field)` until the guard is dropped,
     /// once the waiter has taken it up (registered or given it back).
     pub(crate) fn handing(self: &Arc<Self>, name: &Arc<str>, field: &Arc<str>) -> HandedGuard {
         self.with_holder(name, field, |h, _| h.handed += 1);
         HandedGuard {
-            table: self.clone(),
+            core: self.clone(),
             name: name.clone(),
             field: field.clone(),
         }
     }
 }
 
-/// A grant handed to a waiter and not yet taken up (see [`Table::handing`]): while it
+/// A grant handed to a waiter and not yet taken up (see [`Core::handing`]): while it
 /// lives, calls of the field are not sent as knowing of no hold.
 pub(crate) struct HandedGuard {
-    table: Arc<Table>,
+    core: Arc<Core>,
     name: Arc<str>,
     field: Arc<str>,
 }
 
 impl Drop for HandedGuard {
     fn drop(&mut self) {
-        self.table.with_holder(&self.name, &self.field, |h, _| {
+        self.core.with_holder(&self.name, &self.field, |h, _| {
             h.handed = h.handed.saturating_sub(1);
         });
     }
 }
 
-impl Table {
+impl Core {
     /// Records a release of `(name, field)` that got no answer (see [`Unanswered`](super::Unanswered)).
     pub(crate) fn add_unanswered(&self, name: &Arc<str>, field: &Arc<str>, u: Unanswered) {
         self.with_holder(name, field, |h, _| h.unanswered.push(u));
@@ -347,13 +349,13 @@ impl Table {
 }
 
 /// The mark that keeps an offered field in flight until its offer settles (see
-/// [`Table::begin_release`]); an adopting call of the field may overlook it.
+/// [`Core::begin_release`]); an adopting call of the field may overlook it.
 pub(crate) struct OfferedGuard(InFlightGuard);
 
 impl Drop for OfferedGuard {
     fn drop(&mut self) {
         let g = &self.0;
-        g.table.with_holder(&g.name, &g.field, |h, _| {
+        g.core.with_holder(&g.name, &g.field, |h, _| {
             h.offering = h.offering.saturating_sub(1);
         });
     }

@@ -3,9 +3,13 @@ use super::*;
 
 #[tokio::test]
 async fn a_field_is_settled_when_its_last_request_ends() {
-    let reg = Arc::new(Table::new(
+    let reg = Arc::new(Core::new(
         Duration::from_secs(30),
-        Duration::from_millis(5),
+        Limits {
+            limit: 0,
+            window: Duration::from_millis(5),
+            asks_at_end: false,
+        },
     ));
     let (n, f): (Arc<str>, Arc<str>) = ("n".into(), "f".into());
     let long = Duration::from_secs(60);
@@ -31,9 +35,13 @@ async fn a_field_is_settled_when_its_last_request_ends() {
 
 #[tokio::test]
 async fn an_entry_goes_once_nothing_is_left_in_it() {
-    let t = Arc::new(Table::new(
+    let t = Arc::new(Core::new(
         Duration::from_secs(30),
-        Duration::from_millis(5),
+        Limits {
+            limit: 0,
+            window: Duration::from_millis(5),
+            asks_at_end: false,
+        },
     ));
     let (n, f): (Arc<str>, Arc<str>) = ("n".into(), "f".into());
     let e = t.add_watched(
@@ -97,9 +105,13 @@ async fn an_entry_goes_once_nothing_is_left_in_it() {
 
 #[tokio::test]
 async fn an_emptied_entry_reused_for_another_name_carries_nothing_over() {
-    let t = Arc::new(Table::new(
+    let t = Arc::new(Core::new(
         Duration::from_secs(30),
-        Duration::from_millis(5),
+        Limits {
+            limit: 0,
+            window: Duration::from_millis(5),
+            asks_at_end: false,
+        },
     ));
     let (a, b, f): (Arc<str>, Arc<str>, Arc<str>) = ("a".into(), "b".into(), "f".into());
     t.add_fixed(&a, &f, Kind::Write, Instant::now() + Duration::from_secs(1));
