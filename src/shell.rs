@@ -7,7 +7,6 @@ pub(crate) mod acquire;
 pub(crate) mod attempt;
 pub(crate) mod held;
 pub(crate) mod inflight;
-pub(crate) mod line;
 pub(crate) mod release;
 pub(crate) mod services;
 pub(crate) mod sync_wait;

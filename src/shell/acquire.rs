@@ -7,19 +7,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+mod line;
 mod waiting;
 
 pub(crate) use waiting::Wait;
-use waiting::{Queued, Step, Waiting};
+use waiting::{First, Step, Waiting};
 
 use crate::config::{check_lease, whole_ms};
 use crate::error::{Error, Result};
 use crate::identity::Kind;
 use crate::identity::OwnerId;
+use crate::policy::line::Counted;
 use crate::policy::wait::{sleep_bound, Waits, RW_MARK};
 use crate::shell::attempt::Tried;
 use crate::shell::held::Held;
-use crate::shell::line::{Counted, InLine};
 use crate::shell::target::Target;
 use crate::stats::Event;
 
@@ -102,102 +103,49 @@ impl Target {
                 }
             }
         }
+        let mut waiting = Waiting::new(self, owner, field, lease, wait);
         // A waiter that joins a confirmed subscription before its first attempt hears of
         // every release after that attempt: once answered busy, it can sleep at once.
-        let early = match (wait, self.kind, behind) {
+        let subscribed_first = match (wait, self.kind, behind) {
             (Wait::Until(_), Kind::Plain, None) if self.inner().pubsub.is_ready(&self.channel) => {
-                Some(self.subscription(&field))
+                waiting.subscribe_early()
             }
-            _ => None,
+            _ => false,
         };
-        // The channel may have stopped lingering between the check and the join: the
-        // waiter then holds a new subscription that Redis has not confirmed, and waits
-        // for it, then asks again, like one that subscribed after its attempt.
-        let subscribed_first = early.as_ref().is_some_and(|sub| sub.confirmed());
         // A caller that will wait counts among its client's waiters in line before its
         // first attempt is sent, not once it is answered: a grant to another waiter of
         // the client meanwhile then keeps the client in line (`k`) instead of taking it
         // out while this attempt finds it there and so does not join.
-        let mut line = InLine::new(self, field.clone());
         if matches!(wait, Wait::Until(_)) && behind.is_none() {
-            line.join_before_attempt();
+            waiting.line.join_before_attempt();
         }
         let ttl = match behind {
             Some(left) => Some(left),
-            None => {
-                let tried = self
-                    .attempt_within(owner, &field, lease, false, wait, line.counted(true))
-                    .await?;
-                match tried {
-                    Some(Tried::Held(guard)) => {
-                        line.granted_by_redis = true;
-                        return Ok(Some(guard));
-                    }
-                    Some(Tried::Busy(ttl)) => ttl,
-                    Some(Tried::TurnBusy(ttl)) => Some(ttl),
-                    Some(Tried::Late(took)) if matches!(wait, Wait::No) => {
-                        return Err(Error::Timeout {
-                            op: "try_lock (granted after its lease ran out)",
-                            after: took,
-                        })
-                    }
-                    // Given back already; try again as soon as the holder's lease allows.
-                    Some(Tried::Late(_)) => Some(Duration::ZERO),
-                    None if matches!(wait, Wait::No) => {
-                        return Err(Error::Timeout {
-                            op: "try_lock",
-                            after: self.inner().config.response_timeout,
-                        })
-                    }
-                    // Redis gave no answer at all before the deadline: that is not "busy".
-                    // (Once an attempt was answered busy, running out of time is `None`.)
-                    None => {
-                        return Err(Error::Timeout {
-                            op: "try_lock_for: its wait ended first",
-                            after: started.elapsed(),
-                        })
-                    }
-                }
-            }
+            None => match waiting.first_attempt(started).await? {
+                First::Held(guard) => return Ok(Some(guard)),
+                First::Busy(ttl) => ttl,
+            },
         };
-        let deadline = match wait {
-            Wait::No => return Ok(None),
-            Wait::Until(d) => d,
+        let Wait::Until(deadline) = wait else {
+            return Ok(None);
         };
         // The busy reply put this client in the lock's line in Redis (with turns on), or,
         // for a waiter queued behind others of its client, they did: it counts among the
         // client's waiters in line either way, so that the client keeps its place while
         // any of them waits (its waiters let other clients' turn messages pass).
-        line.busy();
+        waiting.line.busy();
         tracing::debug!(?ttl, "lock busy; waiting");
-        let sub = match early {
-            Some(sub) => sub,
-            None => self.subscription(&field),
-        };
         let Some(bound) = self.bound(ttl, deadline) else {
-            line.leave().await;
+            waiting.line.leave().await;
             return Ok(None);
         };
         if !subscribed_first {
             // The unlock may have happened between the first attempt and the
             // subscription; the attempt right after the SUBSCRIBE is confirmed covers it.
-            sub.ready(bound).await;
+            waiting.sub().ready(bound).await;
         }
-        let queued = self.queued(&field, lease);
-        let mut waiting = Waiting {
-            target: self,
-            owner,
-            field,
-            lease,
-            wait,
-            deadline,
-            started: Instant::now(),
-            sub,
-            queued,
-            failing_since: None,
-            adopt: false,
-            line,
-        };
+        waiting.take_place();
+        waiting.started = Instant::now();
         // A waiter that joined the queue without an attempt sleeps first, as does one
         // that was subscribed before its attempt.
         let mut step = match behind {
@@ -229,21 +177,6 @@ impl Target {
             waiting.line.leave().await;
         }
         outcome
-    }
-
-    /// A waiter's place in the hand-over queue.
-    fn queued(&self, field: &Arc<str>, lease: Option<Duration>) -> Queued {
-        let inner = self.inner();
-        Queued {
-            waiter: inner.core.waiter(
-                &self.name,
-                field,
-                lease.unwrap_or(inner.config.watchdog_timeout),
-                self.fenced,
-            ),
-            inner: inner.clone(),
-            hold: self.hold(field),
-        }
     }
 
     /// A task that holds the read lock would wait for itself forever if it asked for the

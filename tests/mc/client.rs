@@ -1,6 +1,6 @@
 //! A model of a client of this crate on one plain lock: the decisions `src/shell/acquire.rs`,
 //! `src/shell/acquire/waiting.rs`, `src/shell/attempt.rs`, `src/shell/release.rs`, `src/state/handover.rs` and
-//! `src/shell/line.rs` make, and the keys, arguments and flags `src/wire/raw.rs` sends for them to
+//! `src/shell/acquire/line.rs` make, and the keys, arguments and flags `src/wire/raw.rs` sends for them to
 //! the real `lua/take.lua`, `lua/acquire.lua`, `lua/release.lua` and `lua/unlock.lua`
 //! (a first send to the small scripts, a retry or a hand-over to the general ones, as
 //! `raw::acquire` and `raw::release` choose). It is a model of the decisions, not

@@ -7,16 +7,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::Error;
+use super::line::InLine;
+use crate::error::{Error, Result};
 use crate::identity::Kind;
 use crate::identity::OwnerId;
 use crate::policy::waiter::{self, Answer, Pauses, Woken};
 use crate::shell::attempt::Tried;
 use crate::shell::held::Held;
-use crate::shell::line::InLine;
 use crate::shell::release::release_detached;
-use crate::shell::services::ClientInner;
-use crate::shell::target::{Hold, Target};
+use crate::shell::target::Target;
 use crate::state::{Grant, Left, Waiter, Woke};
 use crate::stats::Event;
 use crate::wire::pubsub::Subscription;
@@ -35,7 +34,11 @@ pub(crate) enum Wait {
 /// guard once it has the lock.
 pub(super) type Step = waiter::Step<Held, Error>;
 
-/// What a waiting acquisition keeps from one step to the next.
+/// One waiting acquisition, from before its first attempt to its end: what it keeps from
+/// one step to the next, and what it holds of its client while it waits (its part in
+/// the lock's line in Redis, its place in the hand-over queue, its subscription). It
+/// ends in one place, its `Drop`, however the call ends: with the lock, out of time, by
+/// an error, or cancelled.
 pub(super) struct Waiting<'a> {
     pub(super) target: &'a Target,
     pub(super) owner: OwnerId,
@@ -44,14 +47,96 @@ pub(super) struct Waiting<'a> {
     pub(super) wait: Wait,
     pub(super) deadline: Option<Instant>,
     pub(super) started: Instant,
-    pub(super) sub: Subscription,
-    pub(super) queued: Queued,
+    /// Joined once answered busy, or before the first attempt where the channel is
+    /// heard already.
+    sub: Option<Subscription>,
+    /// From the first sleep: asleep, the task may be handed the lock by an unlock of
+    /// its client.
+    queued: Option<Waiter>,
     /// Start of the current run of transient errors, if in one.
     pub(super) failing_since: Option<Instant>,
     /// A failed unlock may have handed this task the lock: the next attempt adopts
     /// such a hold instead of taking a second one. Over once an attempt is answered.
     pub(super) adopt: bool,
     pub(super) line: InLine<'a>,
+}
+
+impl<'a> Waiting<'a> {
+    pub(super) fn new(
+        target: &'a Target,
+        owner: OwnerId,
+        field: Arc<str>,
+        lease: Option<Duration>,
+        wait: Wait,
+    ) -> Waiting<'a> {
+        let deadline = match wait {
+            Wait::No => None,
+            Wait::Until(d) => d,
+        };
+        Waiting {
+            target,
+            owner,
+            line: InLine::new(target, field.clone()),
+            field,
+            lease,
+            wait,
+            deadline,
+            started: Instant::now(),
+            sub: None,
+            queued: None,
+            failing_since: None,
+            adopt: false,
+        }
+    }
+
+    /// Joins the lock's channel now, before the first attempt, if this client hears it
+    /// already; `true` when that subscription is confirmed (the channel may have
+    /// stopped lingering in between: it is then as if joined after the attempt).
+    pub(super) fn subscribe_early(&mut self) -> bool {
+        self.sub = Some(self.target.subscription(&self.field));
+        self.sub.as_ref().is_some_and(Subscription::confirmed)
+    }
+
+    /// The subscription, joined now if not yet.
+    pub(super) fn sub(&mut self) -> &mut Subscription {
+        let (target, field) = (self.target, &self.field);
+        self.sub.get_or_insert_with(|| target.subscription(field))
+    }
+
+    /// Takes its place in the client's hand-over queue, if it has none yet: the queue is
+    /// in the order of these calls.
+    pub(super) fn take_place(&mut self) {
+        self.asleep();
+    }
+
+    /// What a sleep waits on: the subscription and the place in the client's hand-over
+    /// queue, each taken now if not yet.
+    fn asleep(&mut self) -> (&mut Subscription, &mut Waiter) {
+        let (target, field) = (self.target, &self.field);
+        let inner = target.inner();
+        let lease = self.lease.unwrap_or(inner.config.watchdog_timeout);
+        let sub = self.sub.get_or_insert_with(|| target.subscription(field));
+        let queued = self
+            .queued
+            .get_or_insert_with(|| inner.core.waiter(&target.name, field, lease, target.fenced));
+        (sub, queued)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        // The subscription goes first: a wake-up it has not used passes to another
+        // waiter of the name (`Subscription::wake_passed_over`).
+        drop(self.sub.take());
+        // A grant that arrived after the waiter stopped looking is still a hold in Redis.
+        if let Some(Left::Granted(g)) = self.queued.as_ref().map(Waiter::leave) {
+            let (target, inner) = (self.target, self.target.inner());
+            tracing::debug!(lock = %target.name, token = g.token, "releasing a hand-over nobody took");
+            release_detached(inner.clone(), target.hold(&self.field));
+        }
+        // A call that ends with the lock, or gives up and already left, sends nothing.
+        self.line.leave_detached();
+    }
 }
 
 impl Target {
@@ -73,7 +158,64 @@ impl Target {
     }
 }
 
+/// How the first attempt of a call that may wait came out, where it goes on.
+pub(super) enum First {
+    Held(Held),
+    /// Busy; the holder's lease left, if Redis said.
+    Busy(Option<Duration>),
+}
+
 impl Waiting<'_> {
+    /// The call's first attempt. A single try that gets no answer in time, or a grant
+    /// that came too late to use, ends the call with `Timeout`; so does a wait whose
+    /// deadline came before any answer, which is not "busy". `started`: when the call
+    /// began.
+    pub(super) async fn first_attempt(&mut self, started: Instant) -> Result<First> {
+        let target = self.target;
+        let counted = self.line.counted(true);
+        let tried = target
+            .attempt_within(
+                self.owner,
+                &self.field,
+                self.lease,
+                false,
+                self.wait,
+                counted,
+            )
+            .await?;
+        let single = matches!(self.wait, Wait::No);
+        let ttl = match tried {
+            Some(Tried::Held(guard)) => {
+                self.line.granted_by_redis = true;
+                return Ok(First::Held(guard));
+            }
+            Some(Tried::Busy(ttl)) => ttl,
+            Some(Tried::TurnBusy(ttl)) => Some(ttl),
+            Some(Tried::Late(took)) if single => {
+                return Err(Error::Timeout {
+                    op: "try_lock (granted after its lease ran out)",
+                    after: took,
+                })
+            }
+            // Given back already; try again as soon as the holder's lease allows.
+            Some(Tried::Late(_)) => Some(Duration::ZERO),
+            None if single => {
+                return Err(Error::Timeout {
+                    op: "try_lock",
+                    after: target.inner().config.response_timeout,
+                })
+            }
+            // (Once an attempt was answered busy, running out of time is `Ok(None)`.)
+            None => {
+                return Err(Error::Timeout {
+                    op: "try_lock_for: its wait ended first",
+                    after: started.elapsed(),
+                })
+            }
+        };
+        Ok(First::Busy(ttl))
+    }
+
     pub(super) async fn attempt(&mut self) -> Step {
         let target = self.target;
         // This client just ended a run of hand-overs on the name, or yields its turn:
@@ -103,7 +245,7 @@ impl Waiting<'_> {
             }
             Ok(Some(Tried::Held(guard))) => {
                 self.line.granted_by_redis = true;
-                self.sub.wake_used();
+                self.sub().wake_used();
                 tracing::debug!(waited = ?self.started.elapsed(), "acquired after waiting");
                 Answer::Held(guard)
             }
@@ -112,8 +254,8 @@ impl Waiting<'_> {
                     // Free for another client's turn: a wake-up that led here has not
                     // been used, and goes to another waiter of the name if this one
                     // leaves before it tries again (see `Subscription::wake_passed_over`).
-                    Tried::TurnBusy(_) => self.sub.wake_passed_over(),
-                    _ => self.sub.wake_used(),
+                    Tried::TurnBusy(_) => self.sub().wake_passed_over(),
+                    _ => self.sub().wake_used(),
                 }
                 self.adopt = false;
                 self.failing_since = None;
@@ -155,7 +297,7 @@ impl Waiting<'_> {
             .ok();
         let step = waiter::after_look(pttl);
         if matches!(step, Step::Sleep { .. }) {
-            self.sub.wake_used();
+            self.sub().wake_used();
         }
         step
     }
@@ -170,7 +312,7 @@ impl Waiting<'_> {
             return Step::Done(Ok(None));
         };
         // Not before earlier requests of the field are settled: a release of an earlier
-        // call's unused grant (see `Queued`'s drop) would take a hold handed to this
+        // call's unused grant (see `Waiting`'s drop) would take a hold handed to this
         // task meanwhile. Still unsettled at the bound, the next attempt waits for them.
         let core = &target.inner().core;
         let mut bound = bound;
@@ -183,29 +325,29 @@ impl Waiting<'_> {
             bound = bound.saturating_sub(began.elapsed());
         }
         // Asleep, this task may be handed the lock by an unlock of this client.
-        self.queued.waiter.park(lease_ends);
+        let deadline = self.deadline;
+        let (sub, queued) = self.asleep();
+        queued.park(lease_ends);
         tokio::select! {
-            _ = self.sub.woken(bound) => {}
-            _ = self.queued.waiter.picked() => {}
+            _ = sub.woken(bound) => {}
+            _ = queued.picked() => {}
             _ = target.inner().closed.wait() => {}
         }
-        let woke = match self.queued.waiter.unpark() {
+        let woke = match queued.unpark() {
             Woke::Offered => {
                 // The unlock's reply settles it within the unlock's own timeouts, as long
                 // as its future is polled; past those, this task stops waiting.
-                let left = self
-                    .deadline
-                    .map(|d| d.saturating_duration_since(Instant::now()));
+                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                 let (limit, ends) = waiter::offer_limit(left, target.inner().offer_bound());
-                match tokio::time::timeout(limit, self.queued.waiter.outcome()).await {
+                match tokio::time::timeout(limit, queued.outcome()).await {
                     Ok(w) => w,
-                    // Dropping `queued` leaves the offer to the unlocker, which releases
+                    // Dropping the waiter leaves the offer to the unlocker, which releases
                     // the hold if it was granted.
                     Err(_) if ends => return Step::Done(Ok(None)),
                     // Only when the unlock's future is not being polled: this task
                     // acquires on its own (see `Waiter::abandon_offer`), adopting the
                     // grant if it is there by now.
-                    Err(_) => match self.queued.waiter.abandon_offer() {
+                    Err(_) => match queued.abandon_offer() {
                         Woke::Free => Woke::Unsure,
                         w => w,
                     },
@@ -214,7 +356,7 @@ impl Waiting<'_> {
             w => w,
         };
         // Dropped once the grant is registered or given back, at the end of this step.
-        let _taking = self.queued.waiter.take_mark();
+        let _taking = queued.take_mark();
         let woken = self.woken(woke);
         let pauses = Pauses {
             backstop: target.inner().config.watchdog_timeout,
@@ -247,7 +389,7 @@ impl Waiting<'_> {
             Woke::Unsure => return Woken::Unsure,
             Woke::Free => {
                 return Woken::Free {
-                    lapse: self.sub.woken_by_lapse(),
+                    lapse: self.sub().woken_by_lapse(),
                 }
             }
             Woke::Offered => return Woken::Free { lapse: false },
@@ -257,7 +399,7 @@ impl Waiting<'_> {
                 }
             }
         };
-        self.sub.wake_used();
+        self.sub().wake_used();
         if grant.unacked {
             // Given back like an acquisition of this task that no replica acknowledged;
             // the next attempt, synced, waits for that release (in flight for the
@@ -287,23 +429,6 @@ impl Waiting<'_> {
             late,
             closed,
             hold: grant,
-        }
-    }
-}
-
-/// A waiter's place in the hand-over queue, for as long as it waits.
-pub(super) struct Queued {
-    pub(super) waiter: Waiter,
-    pub(super) inner: Arc<ClientInner>,
-    pub(super) hold: Hold,
-}
-
-impl Drop for Queued {
-    fn drop(&mut self) {
-        // A grant that arrived after the waiter stopped looking is still a hold in Redis.
-        if let Left::Granted(g) = self.waiter.leave() {
-            tracing::debug!(lock = %self.hold.name, token = g.token, "releasing a hand-over nobody took");
-            release_detached(self.inner.clone(), self.hold.clone());
         }
     }
 }

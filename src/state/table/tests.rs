@@ -1,16 +1,19 @@
 //! Unit tests of the per-client table.
 use super::*;
 
+/// A table with a 5 ms run window and no hand-over.
+fn core() -> Arc<Core> {
+    let limits = Limits {
+        limit: 0,
+        window: Duration::from_millis(5),
+        asks_at_end: false,
+    };
+    Arc::new(Core::new(Duration::from_secs(30), limits))
+}
+
 #[tokio::test]
 async fn a_field_is_settled_when_its_last_request_ends() {
-    let reg = Arc::new(Core::new(
-        Duration::from_secs(30),
-        Limits {
-            limit: 0,
-            window: Duration::from_millis(5),
-            asks_at_end: false,
-        },
-    ));
+    let reg = core();
     let (n, f): (Arc<str>, Arc<str>) = ("n".into(), "f".into());
     let long = Duration::from_secs(60);
     reg.settled(&n, &f, long).await; // nothing in flight
@@ -35,14 +38,7 @@ async fn a_field_is_settled_when_its_last_request_ends() {
 
 #[tokio::test]
 async fn an_entry_goes_once_nothing_is_left_in_it() {
-    let t = Arc::new(Core::new(
-        Duration::from_secs(30),
-        Limits {
-            limit: 0,
-            window: Duration::from_millis(5),
-            asks_at_end: false,
-        },
-    ));
+    let t = core();
     let (n, f): (Arc<str>, Arc<str>) = ("n".into(), "f".into());
     let e = t.add_watched(
         &n,
@@ -105,14 +101,7 @@ async fn an_entry_goes_once_nothing_is_left_in_it() {
 
 #[tokio::test]
 async fn an_emptied_entry_reused_for_another_name_carries_nothing_over() {
-    let t = Arc::new(Core::new(
-        Duration::from_secs(30),
-        Limits {
-            limit: 0,
-            window: Duration::from_millis(5),
-            asks_at_end: false,
-        },
-    ));
+    let t = core();
     let (a, b, f): (Arc<str>, Arc<str>, Arc<str>) = ("a".into(), "b".into(), "f".into());
     t.add_fixed(&a, &f, Kind::Write, Instant::now() + Duration::from_secs(1));
     // A run of hand-overs that stopped counting leaves the entry empty, not new.

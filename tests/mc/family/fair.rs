@@ -5,7 +5,7 @@
 //! fresh, waits), and while it waits asks again within the client's own bound,
 //! `policy::wait::sleep_bound` asked with the model's W (min(W, 5 s)/3, so W/3 ms): the
 //! clock does not pass that. It
-//! may give up, and then leaves with `fair_leave.lua` (`src/shell/line.rs`), or crash: it then
+//! may give up, and then leaves with `fair_leave.lua` (`src/shell/acquire/line.rs`), or crash: it then
 //! neither asks again nor leaves. It releases with `fair_unlock.lua`. A Redisson waiter
 //! runs Redisson's acquire and unlock (`peer.rs`, shared with
 //! `tests/common/redisson_fair.rs`) with the model's clock as its own, and asks again

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 use crate::identity::Kind;
+use crate::policy::line::Counted;
 use crate::shell::inflight::Completing;
 use crate::shell::target::Target;
 use crate::wire::raw;
@@ -15,25 +16,23 @@ use crate::wire::raw;
 /// [`InLine::leave`]): many round trips on any sound network, and little next to a wait.
 const LEAVE_BUDGET: Duration = Duration::from_millis(5);
 
-pub(crate) use crate::policy::line::Counted;
-
 /// This acquisition's part in its client's place in the lock's line in Redis
 /// (`docs/protocol.md` 2.6): joined at its first busy reply, or, for a plain lock's
 /// caller that will wait, before its first attempt is sent. When the client's last such
 /// acquisition ends without the lock from Redis (out of time, cancelled, or handed the
 /// lock by a task of its own), the client leaves the line, so that no turn is given to
 /// a client with nobody waiting. A grant from Redis took it out already.
-pub(crate) struct InLine<'a> {
+pub(super) struct InLine<'a> {
     target: &'a Target,
     field: Arc<str>,
     joined: bool,
     /// The acquisition ended with a grant from Redis, which took the client out of the
     /// line already.
-    pub(crate) granted_by_redis: bool,
+    pub(super) granted_by_redis: bool,
 }
 
 impl<'a> InLine<'a> {
-    pub(crate) fn new(target: &'a Target, field: Arc<str>) -> InLine<'a> {
+    pub(super) fn new(target: &'a Target, field: Arc<str>) -> InLine<'a> {
         InLine {
             target,
             field,
@@ -44,7 +43,7 @@ impl<'a> InLine<'a> {
 
     /// How an attempt of this acquisition counts in its client's line: `first` for the
     /// attempt before any answer.
-    pub(crate) fn counted(&self, first: bool) -> Counted {
+    pub(super) fn counted(&self, first: bool) -> Counted {
         match (self.joined, first) {
             (false, _) => Counted::No,
             (true, true) => Counted::First,
@@ -54,14 +53,14 @@ impl<'a> InLine<'a> {
 
     /// A plain lock's caller that will wait, before its first attempt (turns on): it
     /// counts among the client's waiters in line from now on.
-    pub(crate) fn join_before_attempt(&mut self) {
+    pub(super) fn join_before_attempt(&mut self) {
         if self.target.kind == Kind::Plain {
             self.busy();
         }
     }
 
     /// The acquisition was answered busy: the client is in line from now on.
-    pub(crate) fn busy(&mut self) {
+    pub(super) fn busy(&mut self) {
         let t = self.target;
         if self.joined {
             return;
@@ -86,13 +85,21 @@ impl InLine<'_> {
     /// (in another client, say) would give the turn, or the fair queue's head, to a
     /// waiter that has left. Bounded by [`LEAVE_BUDGET`]: on a slow or stalled Redis the
     /// caller's time bound matters more, and the leave finishes in the background.
-    pub(crate) async fn leave(&mut self) {
+    pub(super) async fn leave(&mut self) {
         let Some(leave) = self.leaving() else {
             return;
         };
         let inner = self.target.inner().clone();
         let request = Completing::new(inner.spawner(), leave, |()| async {});
         let _ = tokio::time::timeout(LEAVE_BUDGET, request).await;
+    }
+
+    /// Leaves without waiting: what leaving sends goes on in the background (the
+    /// waiter is being dropped, see `Waiting`'s drop).
+    pub(super) fn leave_detached(&mut self) {
+        if let Some(leave) = self.leaving() {
+            self.target.inner().clone().spawner().errand(leave);
+        }
     }
 
     /// What leaving sends, if anything; once.
@@ -155,13 +162,5 @@ impl InLine<'_> {
             }));
         }
         None
-    }
-}
-
-impl Drop for InLine<'_> {
-    fn drop(&mut self) {
-        if let Some(leave) = self.leaving() {
-            self.target.inner().clone().spawner().errand(leave);
-        }
     }
 }
