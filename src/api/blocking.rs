@@ -161,7 +161,7 @@ pub(crate) fn check_can_block() -> Result<()> {
 /// the watchdog and the runtime. See the [module docs](self) for owners and threads.
 #[derive(Clone)]
 pub struct Client {
-    inner: crate::Client,
+    inner: crate::api::client::Client,
     runtime: Arc<Runtime>,
 }
 
@@ -197,13 +197,13 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn builder(url: impl AsRef<str>) -> ClientBuilder {
-        ClientBuilder::from(crate::Client::builder(url))
+        ClientBuilder::from(crate::api::client::Client::builder(url))
     }
 
     /// A blocking client over an async client the caller already has, running its
     /// calls on `runtime`, which must keep running while this client is used (see the
     /// module docs, *Runtime*). The two share everything: holds, watchdog, connection.
-    pub fn from_async(client: crate::Client, runtime: Handle) -> Client {
+    pub fn from_async(client: crate::api::client::Client, runtime: Handle) -> Client {
         Client {
             inner: client,
             runtime: Arc::new(Runtime {
@@ -214,7 +214,7 @@ impl Client {
     }
 
     /// The async client underneath, for code that has both kinds of callers.
-    pub fn as_async(&self) -> &crate::Client {
+    pub fn as_async(&self) -> &crate::api::client::Client {
         &self.inner
     }
 

@@ -209,7 +209,7 @@ impl RedLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
-        let wait = wait.min(crate::MAX_DURATION);
+        let wait = wait.min(crate::config::MAX_DURATION);
         if let Some(l) = lease {
             crate::config::check_lease(l)?;
         }

@@ -33,11 +33,11 @@ use crate::error::Result;
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct ClientBuilder {
-    inner: crate::ClientBuilder,
+    inner: crate::api::client::ClientBuilder,
 }
 
-impl From<crate::ClientBuilder> for ClientBuilder {
-    fn from(inner: crate::ClientBuilder) -> ClientBuilder {
+impl From<crate::api::client::ClientBuilder> for ClientBuilder {
+    fn from(inner: crate::api::client::ClientBuilder) -> ClientBuilder {
         ClientBuilder { inner }
     }
 }
@@ -118,7 +118,7 @@ impl ClientBuilder {
     }
 }
 
-impl crate::ClientBuilder {
+impl crate::api::client::ClientBuilder {
     /// The old name of [`blocking::ClientBuilder::build`](ClientBuilder::build), kept so
     /// that code written for it still builds.
     ///

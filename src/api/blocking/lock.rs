@@ -30,7 +30,7 @@ use crate::identity::OwnerId;
 /// ```
 #[derive(Clone)]
 pub struct Lock {
-    inner: crate::Lock,
+    inner: crate::api::lock::Lock,
     runtime: Arc<Runtime>,
 }
 
@@ -41,18 +41,18 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(super) fn new(inner: crate::Lock, runtime: Arc<Runtime>) -> Lock {
+    pub(super) fn new(inner: crate::api::lock::Lock, runtime: Arc<Runtime>) -> Lock {
         Lock { inner, runtime }
     }
 
-    fn guard(&self, guard: crate::LockGuard) -> LockGuard {
+    fn guard(&self, guard: crate::api::guard::LockGuard) -> LockGuard {
         LockGuard {
             inner: Some(guard),
             runtime: self.runtime.clone(),
         }
     }
 
-    fn maybe_guard(&self, guard: Option<crate::LockGuard>) -> Option<LockGuard> {
+    fn maybe_guard(&self, guard: Option<crate::api::guard::LockGuard>) -> Option<LockGuard> {
         guard.map(|g| self.guard(g))
     }
 
@@ -72,7 +72,7 @@ impl Lock {
     }
 
     /// The async lock underneath (its owner is the task, not the thread).
-    pub fn as_async(&self) -> &crate::Lock {
+    pub fn as_async(&self) -> &crate::api::lock::Lock {
         &self.inner
     }
 
@@ -297,7 +297,7 @@ impl Lock {
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     /// `None` once released.
-    inner: Option<crate::LockGuard>,
+    inner: Option<crate::api::guard::LockGuard>,
     runtime: Arc<Runtime>,
 }
 
@@ -310,7 +310,7 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    fn held(&self) -> &crate::LockGuard {
+    fn held(&self) -> &crate::api::guard::LockGuard {
         self.inner
             .as_ref()
             .expect("a guard is released only when consumed or dropped")
@@ -360,7 +360,7 @@ impl LockGuard {
         let guard = self.held();
         self.runtime.run(async move {
             Ok(
-                tokio::time::timeout(timeout.min(crate::MAX_DURATION), guard.lost())
+                tokio::time::timeout(timeout.min(crate::config::MAX_DURATION), guard.lost())
                     .await
                     .is_ok(),
             )

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 #[must_use = "dropping the guard gives the permits back at once"]
 pub struct SemaphorePermit {
     /// `None` once given back or forgotten.
-    inner: Option<crate::SemaphorePermit>,
+    inner: Option<crate::api::semaphore_permit::SemaphorePermit>,
     runtime: Arc<Runtime>,
 }
 
@@ -78,7 +78,7 @@ impl Drop for SemaphorePermit {
 #[must_use = "dropping the guard gives the permit back at once"]
 pub struct PermitGuard {
     /// `None` once given back.
-    inner: Option<crate::PermitGuard>,
+    inner: Option<crate::api::permit_guard::PermitGuard>,
     runtime: Arc<Runtime>,
 }
 
@@ -91,7 +91,7 @@ impl std::fmt::Debug for PermitGuard {
 }
 
 impl PermitGuard {
-    fn held(&self) -> &crate::PermitGuard {
+    fn held(&self) -> &crate::api::permit_guard::PermitGuard {
         self.inner
             .as_ref()
             .expect("a guard is released only when consumed or dropped")
@@ -123,7 +123,7 @@ impl PermitGuard {
         let guard = self.held();
         self.runtime.run(async move {
             Ok(
-                tokio::time::timeout(timeout.min(crate::MAX_DURATION), guard.lost())
+                tokio::time::timeout(timeout.min(crate::config::MAX_DURATION), guard.lost())
                     .await
                     .is_ok(),
             )
@@ -165,7 +165,7 @@ impl Drop for PermitGuard {
 }
 
 impl Semaphore {
-    fn guard(&self, permit: crate::SemaphorePermit) -> SemaphorePermit {
+    fn guard(&self, permit: crate::api::semaphore_permit::SemaphorePermit) -> SemaphorePermit {
         SemaphorePermit {
             inner: Some(permit),
             runtime: self.runtime.clone(),
@@ -230,7 +230,7 @@ impl Semaphore {
 }
 
 impl PermitExpirableSemaphore {
-    fn guard(&self, permit: crate::PermitGuard) -> PermitGuard {
+    fn guard(&self, permit: crate::api::permit_guard::PermitGuard) -> PermitGuard {
         PermitGuard {
             inner: Some(permit),
             runtime: self.runtime.clone(),

@@ -15,7 +15,7 @@ use crate::error::Result;
 /// [`Client::read_write_lock`](super::Client::read_write_lock).
 #[derive(Clone)]
 pub struct ReadWriteLock {
-    inner: crate::ReadWriteLock,
+    inner: crate::api::rw_lock::ReadWriteLock,
     runtime: Arc<Runtime>,
 }
 
@@ -28,7 +28,10 @@ impl std::fmt::Debug for ReadWriteLock {
 }
 
 impl ReadWriteLock {
-    pub(super) fn new(inner: crate::ReadWriteLock, runtime: Arc<Runtime>) -> ReadWriteLock {
+    pub(super) fn new(
+        inner: crate::api::rw_lock::ReadWriteLock,
+        runtime: Arc<Runtime>,
+    ) -> ReadWriteLock {
         ReadWriteLock { inner, runtime }
     }
 
@@ -58,7 +61,7 @@ impl ReadWriteLock {
 /// *Threads*). A call cannot be cancelled: it returns by the bound it was given.
 #[derive(Clone)]
 pub struct Semaphore {
-    pub(super) inner: crate::Semaphore,
+    pub(super) inner: crate::api::semaphore::Semaphore,
     pub(super) runtime: Arc<Runtime>,
 }
 
@@ -71,7 +74,7 @@ impl std::fmt::Debug for Semaphore {
 }
 
 impl Semaphore {
-    pub(super) fn new(inner: crate::Semaphore, runtime: Arc<Runtime>) -> Semaphore {
+    pub(super) fn new(inner: crate::api::semaphore::Semaphore, runtime: Arc<Runtime>) -> Semaphore {
         Semaphore { inner, runtime }
     }
 
@@ -170,7 +173,7 @@ impl Semaphore {
 /// Errors, panics and cancellation as for [`Semaphore`].
 #[derive(Clone)]
 pub struct PermitExpirableSemaphore {
-    pub(super) inner: crate::PermitExpirableSemaphore,
+    pub(super) inner: crate::api::permits::PermitExpirableSemaphore,
     pub(super) runtime: Arc<Runtime>,
 }
 
@@ -184,7 +187,7 @@ impl std::fmt::Debug for PermitExpirableSemaphore {
 
 impl PermitExpirableSemaphore {
     pub(super) fn new(
-        inner: crate::PermitExpirableSemaphore,
+        inner: crate::api::permits::PermitExpirableSemaphore,
         runtime: Arc<Runtime>,
     ) -> PermitExpirableSemaphore {
         PermitExpirableSemaphore { inner, runtime }
@@ -275,7 +278,7 @@ impl PermitExpirableSemaphore {
 /// Errors, panics and cancellation as for [`Semaphore`].
 #[derive(Clone)]
 pub struct CountDownLatch {
-    inner: crate::CountDownLatch,
+    inner: crate::api::latch::CountDownLatch,
     runtime: Arc<Runtime>,
 }
 
@@ -288,7 +291,10 @@ impl std::fmt::Debug for CountDownLatch {
 }
 
 impl CountDownLatch {
-    pub(super) fn new(inner: crate::CountDownLatch, runtime: Arc<Runtime>) -> CountDownLatch {
+    pub(super) fn new(
+        inner: crate::api::latch::CountDownLatch,
+        runtime: Arc<Runtime>,
+    ) -> CountDownLatch {
         CountDownLatch { inner, runtime }
     }
 

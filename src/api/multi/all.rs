@@ -128,7 +128,7 @@ impl MultiLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiGuard>> {
-        let wait = wait.min(crate::MAX_DURATION);
+        let wait = wait.min(crate::config::MAX_DURATION);
         let deadline = Instant::now() + wait;
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
