@@ -50,8 +50,8 @@ pub(super) struct Waiting<'a> {
     /// Joined once answered busy, or before the first attempt where the channel is
     /// heard already.
     sub: Option<Subscription>,
-    /// From the first sleep: asleep, the task may be handed the lock by an unlock of
-    /// its client.
+    /// Taken once the call waits (its subscription ready): asleep, the task may be
+    /// handed the lock by an unlock of its client.
     queued: Option<Waiter>,
     /// Start of the current run of transient errors, if in one.
     pub(super) failing_since: Option<Instant>,
@@ -89,8 +89,8 @@ impl<'a> Waiting<'a> {
         }
     }
 
-    /// Joins the lock's channel now, before the first attempt, if this client hears it
-    /// already; `true` when that subscription is confirmed (the channel may have
+    /// Joins the lock's channel now, before the first attempt (the caller saw this
+    /// client hear it already); `true` when that subscription is confirmed (the channel may have
     /// stopped lingering in between: it is then as if joined after the attempt).
     pub(super) fn subscribe_early(&mut self) -> bool {
         self.sub = Some(self.target.subscription(&self.field));
