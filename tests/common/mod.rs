@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster_setup;
+pub mod monitor;
 /// Redisson's scripts typed in once for these tests and the checker (`tests/mc/family/`).
 #[path = "../mc/family/peer.rs"]
 pub mod peer;
@@ -13,6 +14,7 @@ pub mod redisson_permits;
 pub mod redisson_rlock;
 pub mod server_bin;
 pub mod topology;
+pub mod turns;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
