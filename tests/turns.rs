@@ -8,35 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::turns::{client, line, lined_up, served, take_and_release};
 use common::RedisServer;
 use redis_rlock::Client;
-
-async fn client(s: &RedisServer, window: Duration) -> Client {
-    Client::builder(s.url())
-        .turn_window(window)
-        .build()
-        .await
-        .unwrap()
-}
-
-/// A task that waits for `lock`, releases it at once, and returns when it got it.
-fn take_and_release(lock: redis_rlock::Lock) -> tokio::task::JoinHandle<Instant> {
-    tokio::spawn(async move {
-        let g = lock.lock().await.unwrap();
-        let at = Instant::now();
-        g.unlock().await.unwrap();
-        at
-    })
-}
-
-fn line(s: &RedisServer, name: &str) -> Vec<String> {
-    s.cmd(&[
-        "LRANGE",
-        &redis_rlock::protocol::clients_key(name),
-        "0",
-        "-1",
-    ])
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_client_in_line_gets_the_turn_and_a_late_waiter_waits_for_it() {
@@ -701,39 +675,22 @@ async fn a_turn_of_one_name_holds_nobody_off_a_name_of_the_same_slot() {
     );
     let braced = z.lock("{t3}").lock().await.unwrap();
     let plain = x.lock("t3").lock().await.unwrap();
-    let lined_up = |name: &'static str, c: &Client| {
-        let id = c.id().to_string();
-        let s = &s;
-        async move {
-            let until = Instant::now() + Duration::from_secs(5);
-            while !line(s, name).contains(&id) {
-                assert!(Instant::now() < until, "{id} never lined up for {name}");
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    };
     // `y` waits for `{t3}` first, then `w` for `t3`.
     let other = take_and_release(y.lock("{t3}"));
-    lined_up("{t3}", &y).await;
+    lined_up(&s, "{t3}", y.id()).await;
     let waiter = take_and_release(w.lock("t3"));
-    lined_up("t3", &w).await;
+    lined_up(&s, "t3", w.id()).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let released = Instant::now();
     plain.unlock().await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the waiter of t3 got it")
-        .unwrap();
+    let got = served(waiter, Duration::from_secs(5), "the waiter of t3 got it").await;
     let after = got.saturating_duration_since(released);
     assert!(
         after < Duration::from_millis(300),
         "the waiter got t3 {after:?} after its release (a turn for a waiter of {{t3}})"
     );
     braced.unlock().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), other)
-        .await
-        .expect("the waiter of {t3} got it")
-        .unwrap();
+    served(other, Duration::from_secs(5), "the waiter of {t3} got it").await;
 }
 
 /// A client whose run of hand-overs ends with its own waiters still in line, first in
@@ -750,33 +707,18 @@ async fn a_run_that_ends_gives_the_turn_to_the_next_client() {
         .await
         .unwrap();
     let b = client(&s, redis_rlock::DEFAULT_TURN_WINDOW).await;
-    let lined_up = |c: &Client| {
-        let (id, s) = (c.id().to_string(), &s);
-        async move {
-            let until = Instant::now() + Duration::from_secs(5);
-            while !line(s, name).contains(&id) {
-                assert!(Instant::now() < until, "{id} never lined up");
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    };
     let held = a.lock(name).lock().await.unwrap();
     // `a`'s other tasks wait; the one handed the lock releases it at once, which ends
     // the run (a limit of 1).
     let a2 = take_and_release(a.lock(name));
-    lined_up(&a).await;
+    lined_up(&s, name, a.id()).await;
     let a3 = take_and_release(a.lock(name));
     let b1 = take_and_release(b.lock(name));
-    lined_up(&b).await;
+    lined_up(&s, name, b.id()).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let released = Instant::now();
     held.unlock().await.unwrap();
-    let wait = |t: tokio::task::JoinHandle<Instant>| async move {
-        tokio::time::timeout(Duration::from_secs(5), t)
-            .await
-            .expect("served")
-            .unwrap()
-    };
+    let wait = |t| served(t, Duration::from_secs(5), "served");
     let (a2, a3, b1) = (wait(a2).await, wait(a3).await, wait(b1).await);
     // One of `a`'s waiters is handed the lock, and its release ends the run.
     let (first, second) = (a2.min(a3), a2.max(a3));
