@@ -5,6 +5,7 @@
 
 pub mod cluster_setup;
 pub mod monitor;
+pub mod newcomer;
 /// Redisson's scripts typed in once for these tests and the checker (`tests/mc/family/`).
 #[path = "../mc/family/peer.rs"]
 pub mod peer;
@@ -12,6 +13,7 @@ pub mod proxy;
 pub mod redisson_fair;
 pub mod redisson_permits;
 pub mod redisson_rlock;
+pub mod redisson_waiter;
 pub mod server_bin;
 pub mod topology;
 pub mod turns;
