@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::newcomer::{connect_two, gone_soon, shut_down, watchdog_client};
-use common::redisson_waiter::{acquire, sleep_until_unlock_message};
+use common::redisson_waiter::{acquire, sleep_until_unlock_message, subscribed};
 use common::{eventually, RedisServer};
 use newuser2_peer::{java_acquire, java_unlock, keys_without_ttl, JAVA_FIELD};
 use redis_rlock::protocol::channel_name;
@@ -177,28 +177,25 @@ async fn java_waiter_against(n_clients: usize, tasks: usize) {
 
     let url = s.url();
     let java = tokio::task::spawn_blocking(move || {
-        let s_client = redis::Client::open(url.as_str()).unwrap();
-        let mut conn = s_client.get_connection().unwrap();
-        let mut sub_conn = s_client.get_connection().unwrap();
-        let mut pubsub = sub_conn.as_pubsub();
-        pubsub.subscribe(channel_name(name)).unwrap();
-        let mut heard = Vec::new();
-        let t0 = Instant::now();
-        let mut tries = 0u32;
-        loop {
-            tries += 1;
-            let Some(ttl) = acquire(&mut conn, name, 30_000, JAVA_FIELD) else {
-                break;
-            };
-            if t0.elapsed() > Duration::from_secs(10) {
-                break;
+        subscribed(&url, name, |conn, pubsub| {
+            let mut heard = Vec::new();
+            let t0 = Instant::now();
+            let mut tries = 0u32;
+            loop {
+                tries += 1;
+                let Some(ttl) = acquire(conn, name, 30_000, JAVA_FIELD) else {
+                    break;
+                };
+                if t0.elapsed() > Duration::from_secs(10) {
+                    break;
+                }
+                // As Redisson's waiter: sleep until a 0 (a 1 would wake every waiter), at
+                // most the holder's TTL; other numbers are passed over.
+                let until = Instant::now() + Duration::from_millis(ttl.clamp(1, 1_000) as u64);
+                sleep_until_unlock_message(pubsub, until, &mut heard);
             }
-            // As Redisson's waiter: sleep until a 0 (a 1 would wake every waiter), at
-            // most the holder's TTL; other numbers are passed over.
-            let until = Instant::now() + Duration::from_millis(ttl.clamp(1, 1_000) as u64);
-            sleep_until_unlock_message(&mut pubsub, until, &mut heard);
-        }
-        (t0.elapsed(), tries, heard)
+            (t0.elapsed(), tries, heard)
+        })
     });
     let (waited, tries, heard) = java.await.unwrap();
     let got = java_acquire(&s, name, 30_000).is_none();

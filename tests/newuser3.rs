@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 use common::newcomer::{
     connect_two, gone_soon, shut_down, timed_waiter, tokens_grow, watchdog_client,
 };
-use common::redisson_waiter::{acquire, sleep_until_unlock_message, unlock};
+use common::redisson_waiter::{acquire, sleep_until_unlock_message, subscribed, unlock};
 use common::RedisServer;
-use redis_rlock::protocol::channel_name;
 use redis_rlock::{OwnerId, Stats};
 
 const JAVA_FIELD: &str = "0a0b0c0d-3333-4444-5555-666677778888:7";
@@ -271,29 +270,26 @@ async fn a_redisson_lock_waiter_behind_this_crates_clients_is_woken_by_the_relea
 /// Redisson's `lock()` on this thread: the instant it got the lock (then held 20 ms and
 /// given back with Redisson's unlock script), or `None` by `limit`; and the messages heard.
 fn redisson_lock(url: &str, name: &str, limit: Duration) -> (Option<Instant>, Vec<i64>) {
-    let client = redis::Client::open(url).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let mut sub = client.get_connection().unwrap();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(channel_name(name)).unwrap();
-    let t0 = Instant::now();
-    let mut heard = Vec::new();
-    while t0.elapsed() < limit {
-        let Some(ttl) = acquire(&mut conn, name, 30_000, JAVA_FIELD) else {
-            let got = Instant::now();
-            std::thread::sleep(Duration::from_millis(20));
-            let _ = unlock(&mut conn, name, "nu3", JAVA_FIELD);
-            let _: () = redis::cmd("DEL")
-                .arg(format!("redisson_unlock_latch:{{{name}}}:nu3"))
-                .query(&mut conn)
-                .unwrap();
-            return (Some(got), heard);
-        };
-        // Until a 0 (a 1 would wake every waiter), at most the holder's TTL and `limit`.
-        let ttl_end = Instant::now() + Duration::from_millis(ttl.clamp(1, 30_000) as u64);
-        sleep_until_unlock_message(&mut pubsub, ttl_end.min(t0 + limit), &mut heard);
-    }
-    (None, heard)
+    subscribed(url, name, |conn, pubsub| {
+        let t0 = Instant::now();
+        let mut heard = Vec::new();
+        while t0.elapsed() < limit {
+            let Some(ttl) = acquire(conn, name, 30_000, JAVA_FIELD) else {
+                let got = Instant::now();
+                std::thread::sleep(Duration::from_millis(20));
+                let _ = unlock(conn, name, "nu3", JAVA_FIELD);
+                let _: () = redis::cmd("DEL")
+                    .arg(format!("redisson_unlock_latch:{{{name}}}:nu3"))
+                    .query(conn)
+                    .unwrap();
+                return (Some(got), heard);
+            };
+            // Until a 0 (a 1 would wake every waiter), at most the holder's TTL and `limit`.
+            let ttl_end = Instant::now() + Duration::from_millis(ttl.clamp(1, 30_000) as u64);
+            sleep_until_unlock_message(pubsub, ttl_end.min(t0 + limit), &mut heard);
+        }
+        (None, heard)
+    })
 }
 
 /// Bad input from a caller new to the crate: each a typed error, with nothing left in

@@ -63,3 +63,18 @@ pub fn sleep_until_unlock_message(
         }
     }
 }
+
+/// Runs `f` with the two connections a Redisson client has to `url`: one for commands
+/// and one subscribed to `name`'s channel.
+pub fn subscribed<T>(
+    url: &str,
+    name: &str,
+    f: impl FnOnce(&mut redis::Connection, &mut redis::PubSub<'_>) -> T,
+) -> T {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let mut sub = client.get_connection().unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(channel_name(name)).unwrap();
+    f(&mut conn, &mut pubsub)
+}

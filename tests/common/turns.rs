@@ -86,3 +86,19 @@ pub async fn takes_within(lock: &Lock, limit: Duration) {
         .unwrap();
     g.unlock().await.unwrap();
 }
+
+/// [`handed_on`] of `name` from a task of `holder` to a task of `waiter` (served within
+/// 5 s), asserting the waiter got the lock less than `bound` after the release; `who`
+/// names the waiter in a failure.
+pub async fn hands_on_within(
+    holder: &Client,
+    waiter: &Client,
+    name: &str,
+    bound: Duration,
+    who: impl std::fmt::Display,
+) {
+    let (held, waiting) = (holder.lock(name), waiter.lock(name));
+    let within = Duration::from_secs(5);
+    let took = handed_on(&held, waiting, within, "the waiter got the lock within 5 s").await;
+    assert!(took < bound, "{who} took {took:?} after the release");
+}
