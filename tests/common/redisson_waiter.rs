@@ -78,3 +78,12 @@ pub fn subscribed<T>(
     pubsub.subscribe(channel_name(name)).unwrap();
     f(&mut conn, &mut pubsub)
 }
+
+/// Asserts that no `1` was heard on a lock's channel: a `1` is Redisson's
+/// `READ_UNLOCK_MESSAGE`, on which every waiter of the channel wakes.
+pub fn no_wake_all(heard: &[i64]) {
+    assert!(
+        !heard.contains(&1),
+        "a 1 wakes every Redisson waiter: {heard:?}"
+    );
+}
