@@ -8,22 +8,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::turns::{client, line};
 use common::RedisServer;
 use futures_util::StreamExt;
 use redis_rlock::protocol::{channel_name, clients_key, rw_channel_name, FORCE_UNLOCK_EVENT};
 use redis_rlock::Client;
-
-async fn client(s: &RedisServer, window: Duration) -> Client {
-    Client::builder(s.url())
-        .turn_window(window)
-        .build()
-        .await
-        .unwrap()
-}
-
-fn line(s: &RedisServer, name: &str) -> Vec<String> {
-    s.cmd(&["LRANGE", &clients_key(name), "0", "-1"])
-}
 
 /// A task that waits for `lock`, holds it `hold`, and returns when it got it.
 fn take(lock: redis_rlock::Lock, hold: Duration) -> tokio::task::JoinHandle<Instant> {

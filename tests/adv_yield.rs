@@ -5,23 +5,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::turns::{client, handed_on, hands_on_within, served, take_and_release, takes_within};
 use common::RedisServer;
 use redis_rlock::protocol::turn_key;
 use redis_rlock::Client;
-
-async fn client(s: &RedisServer, window: Duration) -> Client {
-    Client::builder(s.url())
-        .turn_window(window)
-        .build()
-        .await
-        .unwrap()
-}
 
 /// A release by a client with a 1 s window gives the turn to a client with the default
 /// 10 ms window: the turn key lasts 1 s, and the turn's own client must not read the
@@ -35,28 +26,8 @@ async fn a_turn_given_with_a_longer_window_is_not_refused_to_its_own_client() {
     let short = client(&s, Duration::from_millis(10)).await;
     for round in 0..3 {
         let name = format!("ay:windows:{round}");
-        let held = long.lock(&name).lock().await.unwrap();
-        let waiter = tokio::spawn({
-            let l = short.lock(&name);
-            async move {
-                let g = l.lock().await.unwrap();
-                let at = Instant::now();
-                g.unlock().await.unwrap();
-                at
-            }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let released = Instant::now();
-        held.unlock().await.unwrap();
-        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("the waiter got the lock within 5 s")
-            .unwrap();
-        let took = got.duration_since(released);
-        assert!(
-            took < Duration::from_millis(300),
-            "round {round}: the turn's own client waited {took:?} for a free lock"
-        );
+        let who = format!("round {round}: the turn's own client, waiting for a free lock,");
+        hands_on_within(&long, &short, &name, Duration::from_millis(300), who).await;
     }
 }
 
@@ -72,17 +43,16 @@ async fn a_long_lived_turn_of_its_own_does_not_hold_its_client_off() {
     let c = client(&s, Duration::from_millis(10)).await;
     let name = "ay:own-long";
     let held = off.lock(name).lock().await.unwrap();
-    let waiter = tokio::spawn({
-        let l = c.lock(name);
-        async move { l.lock().await.unwrap().unlock().await.unwrap() }
-    });
+    let waiter = take_and_release(c.lock(name));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let _: () = s.cmd(&["SET", &turn_key(name), c.id(), "PX", "600000"]);
     held.unlock().await.unwrap();
-    tokio::time::timeout(Duration::from_secs(3), waiter)
-        .await
-        .expect("the waiter got the free lock within 3 s")
-        .unwrap();
+    served(
+        waiter,
+        Duration::from_secs(3),
+        "the waiter got the free lock within 3 s",
+    )
+    .await;
 }
 
 /// A turn key naming another client (one that is gone) with a TTL far beyond any
@@ -103,11 +73,7 @@ async fn a_long_lived_turn_of_a_gone_client_does_not_hold_a_waiter_off() {
         "PX",
         "600000",
     ]);
-    let g = tokio::time::timeout(Duration::from_secs(3), c.lock(name).lock())
-        .await
-        .expect("lock() of a free lock returned within 3 s")
-        .unwrap();
-    g.unlock().await.unwrap();
+    takes_within(&c.lock(name), Duration::from_secs(3)).await;
 }
 
 /// A turn key without a TTL (PERSISTed, or SET without PX), naming the client itself
@@ -123,11 +89,7 @@ async fn a_turn_key_without_ttl_holds_nobody_off() {
         let name = format!("ay:persist:{i}");
         let _: () = s.cmd(&["SET", &turn_key(&name), who, "PX", "600000"]);
         let _: () = s.cmd(&["PERSIST", &turn_key(&name)]);
-        let g = tokio::time::timeout(Duration::from_secs(3), c.lock(&name).lock())
-            .await
-            .expect("lock() of a free lock returned within 3 s")
-            .unwrap();
-        g.unlock().await.unwrap();
+        takes_within(&c.lock(&name), Duration::from_secs(3)).await;
     }
 }
 
@@ -145,72 +107,31 @@ async fn turns_off_and_on_mixed_hand_the_lock_on_promptly() {
         .enumerate()
     {
         let name = format!("ay:mixed:{round}");
-        let held = holder.lock(&name).lock().await.unwrap();
-        let w = tokio::spawn({
-            let l = waiter.lock(&name);
-            async move {
-                let g = l.lock().await.unwrap();
-                let at = Instant::now();
-                g.unlock().await.unwrap();
-                at
-            }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let released = Instant::now();
-        held.unlock().await.unwrap();
-        let got = tokio::time::timeout(Duration::from_secs(5), w)
-            .await
-            .expect("the waiter got the lock within 5 s")
-            .unwrap();
-        let took = got.duration_since(released);
-        assert!(
-            took < Duration::from_millis(200),
-            "round {round}: the waiter took {took:?} after the release"
-        );
+        let who = format!("round {round}: the waiter");
+        hands_on_within(holder, waiter, &name, Duration::from_millis(200), who).await;
     }
 }
 
 /// The turn messages `MONITOR` shows (`publish` calls of a number from 2^48 on), until
 /// `stop` is set: how many, and how many of them asked to yield first (from 2^49 on).
 fn count_turns(s: &RedisServer, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)> {
-    let mut tcp = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-    tcp.write_all(b"MONITOR\r\n").unwrap();
-    tcp.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let mut lines = BufReader::new(tcp);
-    let mut first = String::new();
-    lines.read_line(&mut first).unwrap();
-    assert_eq!(first.trim(), "+OK");
-    std::thread::spawn(move || {
-        let (mut turns, mut yields) = (0, 0);
-        let mut line = String::new();
-        // Bounded: the test stops it, or 60 s pass.
-        let until = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < until {
-            line.clear();
-            match lines.read_line(&mut line) {
-                Ok(0) => break,
-                Ok(_) => {
-                    let lower = line.to_ascii_lowercase();
-                    let Some(at) = lower.find("\"publish\" ") else {
-                        continue;
-                    };
-                    let Some(payload) = line[at..].rsplit(' ').next() else {
-                        continue;
-                    };
-                    let n: u64 = payload.trim().trim_matches('"').parse().unwrap_or(0);
-                    if n >= 1 << 48 {
-                        turns += 1;
-                    }
-                    if n >= 1 << 49 {
-                        yields += 1;
-                    }
-                }
-                Err(_) if stop.load(Ordering::SeqCst) => break,
-                Err(_) => {}
-            }
+    // Bounded: the test stops it, or 60 s pass.
+    let limit = Duration::from_secs(60);
+    common::monitor::monitor(s, stop, limit, (0, 0), |(turns, yields), line| {
+        let lower = line.to_ascii_lowercase();
+        let Some(at) = lower.find("\"publish\" ") else {
+            return;
+        };
+        let Some(payload) = line[at..].rsplit(' ').next() else {
+            return;
+        };
+        let n: u64 = payload.trim().trim_matches('"').parse().unwrap_or(0);
+        if n >= 1 << 48 {
+            *turns += 1;
         }
-        (turns, yields)
+        if n >= 1 << 49 {
+            *yields += 1;
+        }
     })
 }
 
@@ -313,28 +234,11 @@ async fn a_huge_turn_window_is_refused_or_harmless() {
         };
         let other = client(&s, Duration::from_millis(10)).await;
         let name = format!("ay:huge:{secs}");
-        let held = c.lock(&name).lock().await.unwrap();
-        let w = tokio::spawn({
-            let l = other.lock(&name);
-            async move { l.lock().await.unwrap().unlock().await.unwrap() }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        held.unlock().await.unwrap();
-        tokio::time::timeout(Duration::from_secs(3), w)
-            .await
-            .unwrap_or_else(|_| panic!("window {secs} s: the waiter got the lock within 3 s"))
-            .unwrap();
+        let (huge, normal) = (c.lock(&name), other.lock(&name));
+        let what = format!("window {secs} s: the waiter got the lock within 3 s");
+        handed_on(&huge, normal.clone(), Duration::from_secs(3), what).await;
         // And the other way round: the huge-window client waits for a release.
-        let held = other.lock(&name).lock().await.unwrap();
-        let w = tokio::spawn({
-            let l = c.lock(&name);
-            async move { l.lock().await.unwrap().unlock().await.unwrap() }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        held.unlock().await.unwrap();
-        tokio::time::timeout(Duration::from_secs(3), w)
-            .await
-            .unwrap_or_else(|_| panic!("window {secs} s: its waiter got the lock within 3 s"))
-            .unwrap();
+        let what = format!("window {secs} s: its waiter got the lock within 3 s");
+        handed_on(&normal, huge, Duration::from_secs(3), what).await;
     }
 }

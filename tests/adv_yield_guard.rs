@@ -8,16 +8,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::turns::client;
 use common::RedisServer;
 use redis_rlock::Client;
-
-async fn client(s: &RedisServer, window: Duration) -> Client {
-    Client::builder(s.url())
-        .turn_window(window)
-        .build()
-        .await
-        .unwrap()
-}
 
 /// Whether `name` is held by anyone (its hash exists).
 fn held(s: &RedisServer, name: &str) -> bool {

@@ -8,8 +8,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,29 +19,10 @@ const NAME: &str = "orders:42";
 
 /// Every command `MONITOR` shows, each as its words, until `stop` is set.
 fn monitor(s: &RedisServer, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Vec<String>>> {
-    let mut tcp = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-    tcp.write_all(b"MONITOR\r\n").unwrap();
-    tcp.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let mut lines = BufReader::new(tcp);
-    let mut first = String::new();
-    lines.read_line(&mut first).unwrap();
-    assert_eq!(first.trim(), "+OK");
-    std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        let mut line = String::new();
-        // Bounded: the test stops it, or 120 s pass.
-        let until = std::time::Instant::now() + Duration::from_secs(120);
-        while std::time::Instant::now() < until {
-            line.clear();
-            match lines.read_line(&mut line) {
-                Ok(0) => break,
-                Ok(_) => seen.push(words(&line)),
-                Err(_) if stop.load(Ordering::SeqCst) => break,
-                Err(_) => {}
-            }
-        }
-        seen
+    // Bounded: the test stops it, or 120 s pass.
+    let limit = Duration::from_secs(120);
+    common::monitor::monitor(s, stop, limit, Vec::new(), |seen, line| {
+        seen.push(words(line))
     })
 }
 
@@ -113,11 +92,7 @@ fn keys_have_ttls(s: &RedisServer) -> Result<usize, String> {
 }
 
 async fn client(s: &RedisServer) -> Client {
-    Client::builder(s.url())
-        .turn_window(Duration::from_millis(20))
-        .build()
-        .await
-        .unwrap()
+    common::turns::client(s, Duration::from_millis(20)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,36 +8,19 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::redisson_rlock::{ACQUIRE, UNLOCK};
+use common::redisson_waiter::{acquire, unlock};
 use common::RedisServer;
-use redis_rlock::protocol::{channel_name, UNLOCK_MESSAGE};
+use redis_rlock::protocol::channel_name;
 use redis_rlock::{Client, Error};
 
 const REDISSON_FIELD: &str = "0b0c0d0e-1111-2222-3333-444455556666:1";
 
 fn redisson_acquire(s: &RedisServer, name: &str, lease_ms: u64) -> Option<i64> {
-    let mut conn = s.conn();
-    redis::Script::new(ACQUIRE)
-        .key(name)
-        .arg(lease_ms)
-        .arg(REDISSON_FIELD)
-        .invoke(&mut conn)
-        .unwrap()
+    acquire(&mut s.conn(), name, lease_ms, REDISSON_FIELD)
 }
 
 fn redisson_unlock(s: &RedisServer, name: &str) -> Option<i64> {
-    let mut conn = s.conn();
-    redis::Script::new(UNLOCK)
-        .key(name)
-        .key(channel_name(name))
-        .key(format!("redisson_unlock_latch:{{{name}}}:00ff"))
-        .arg(UNLOCK_MESSAGE)
-        .arg(30_000)
-        .arg(REDISSON_FIELD)
-        .arg("publish")
-        .arg(10_000)
-        .invoke(&mut conn)
-        .unwrap()
+    unlock(&mut s.conn(), name, "00ff", REDISSON_FIELD)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

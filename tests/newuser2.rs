@@ -9,7 +9,10 @@ mod newuser2_peer;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{client_with, eventually, RedisServer};
+use common::newcomer::{
+    connect_two, gone_soon, shut_down, timed_waiter, tokens_grow, watchdog_client,
+};
+use common::{client_with, RedisServer};
 use newuser2_peer::{java_acquire, java_unlock, keys_without_ttl};
 use redis_rlock::protocol::channel_name;
 use redis_rlock::{Client, Error, OwnerId};
@@ -113,22 +116,12 @@ async fn mixed_leases_in_one_task_never_shorten_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_guards_release_and_wake_a_waiter_of_another_client() {
     let s = RedisServer::start();
-    let a = Client::connect(s.url()).await.unwrap();
-    let b = Client::connect(s.url()).await.unwrap();
+    let (a, b) = connect_two(&s).await;
     let name = "nu2:dropped";
 
     let outer = a.lock(name).lock().await.unwrap();
     let inner = a.lock(name).lock().await.unwrap();
-    let waiter = {
-        let lock = b.lock(name);
-        tokio::spawn(async move {
-            let t0 = Instant::now();
-            let g = lock.lock().await.unwrap();
-            let waited = t0.elapsed();
-            g.unlock().await.unwrap();
-            waited
-        })
-    };
+    let waiter = timed_waiter(b.lock(name));
     tokio::time::sleep(Duration::from_millis(300)).await;
     drop(outer); // out of order: the inner hold keeps the lock
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -148,24 +141,14 @@ async fn dropped_guards_release_and_wake_a_waiter_of_another_client() {
         t_drop.elapsed()
     );
     assert!(waited >= Duration::from_millis(450), "{waited:?}");
-    assert!(
-        eventually(Duration::from_secs(2), || s.cmd::<i64>(&["EXISTS", name])
-            == 0)
-        .await
-    );
-    a.shutdown().await.unwrap();
-    b.shutdown().await.unwrap();
+    assert!(gone_soon(&s, name).await);
+    shut_down(&[&a, &b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_job_is_kept_by_the_watchdog_and_counted_in_stats() {
     let s = RedisServer::start();
-    let client = client_with(
-        &s.url(),
-        Duration::from_millis(900),
-        Duration::from_millis(500),
-    )
-    .await;
+    let client = watchdog_client(&s, Duration::from_millis(900)).await;
     let other = Client::connect(s.url()).await.unwrap();
     let lock = client.lock("nu2:job");
     let before = client.stats();
@@ -189,8 +172,7 @@ async fn a_long_job_is_kept_by_the_watchdog_and_counted_in_stats() {
     assert!((5..=12).contains(&renewals), "{renewals} renewals");
     let busy = other.stats().busy;
     assert!(busy >= 8, "the other client's tries were busy: {busy}");
-    client.shutdown().await.unwrap();
-    other.shutdown().await.unwrap();
+    shut_down(&[&client, &other]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -374,13 +356,7 @@ async fn the_readme_example_does_what_its_comments_say() {
     );
     assert_eq!((a.unwrap(), b.unwrap()), (2, 2));
 
-    let fenced = client.fenced_lock("accounts:7");
-    let g = fenced.lock().await.unwrap();
-    let first = g.fencing_token().expect("a fenced guard has a token");
-    g.unlock().await.unwrap();
-    let g = fenced.lock().await.unwrap();
-    assert!(g.fencing_token().unwrap() > first);
-    g.unlock().await.unwrap();
+    tokens_grow(&client.fenced_lock("accounts:7")).await;
     client.shutdown().await.unwrap();
     let hashes: Vec<String> = s.cmd(&["KEYS", "*"]);
     assert!(
@@ -399,12 +375,7 @@ async fn the_readme_example_does_what_its_comments_say() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_java_force_unlock_is_reported_by_lost_and_typed_errors() {
     let s = RedisServer::start();
-    let client = client_with(
-        &s.url(),
-        Duration::from_millis(900),
-        Duration::from_millis(500),
-    )
-    .await;
+    let client = watchdog_client(&s, Duration::from_millis(900)).await;
     let lock = client.lock("nu2:err");
     let java_force_unlock = || {
         let _: i64 = s.cmd(&["DEL", "nu2:err"]);

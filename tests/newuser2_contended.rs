@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::redisson_rlock::ACQUIRE;
+use common::newcomer::{connect_two, gone_soon, shut_down, watchdog_client};
+use common::redisson_waiter::{acquire, no_wake_all, sleep_until_unlock_message, subscribed};
 use common::{eventually, RedisServer};
 use newuser2_peer::{java_acquire, java_unlock, keys_without_ttl, JAVA_FIELD};
 use redis_rlock::protocol::channel_name;
@@ -21,8 +22,7 @@ use redis_rlock::Client;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_future_dropped_in_select_leaves_nothing() {
     let s = RedisServer::start();
-    let holder = Client::connect(s.url()).await.unwrap();
-    let client = Client::connect(s.url()).await.unwrap();
+    let (holder, client) = connect_two(&s).await;
     let name = "nu2:select";
     let held = holder.lock(name).lock().await.unwrap();
 
@@ -59,8 +59,7 @@ async fn a_lock_future_dropped_in_select_leaves_nothing() {
     let g = lock.try_lock().await.unwrap().expect("free");
     g.unlock().await.unwrap();
     assert_eq!(keys_without_ttl(&s, &[]), Vec::<String>::new());
-    holder.shutdown().await.unwrap();
-    client.shutdown().await.unwrap();
+    shut_down(&[&holder, &client]).await;
 }
 
 /// Runs `tasks` tasks per client, each taking the lock `rounds` times with a short
@@ -178,42 +177,25 @@ async fn java_waiter_against(n_clients: usize, tasks: usize) {
 
     let url = s.url();
     let java = tokio::task::spawn_blocking(move || {
-        let s_client = redis::Client::open(url.as_str()).unwrap();
-        let mut conn = s_client.get_connection().unwrap();
-        let mut sub_conn = s_client.get_connection().unwrap();
-        let mut pubsub = sub_conn.as_pubsub();
-        pubsub.subscribe(channel_name(name)).unwrap();
-        let mut heard = Vec::new();
-        let t0 = Instant::now();
-        let mut tries = 0u32;
-        loop {
-            tries += 1;
-            let ttl: Option<i64> = redis::Script::new(ACQUIRE)
-                .key(name)
-                .arg(30_000)
-                .arg(JAVA_FIELD)
-                .invoke(&mut conn)
-                .unwrap();
-            let Some(ttl) = ttl else { break };
-            if t0.elapsed() > Duration::from_secs(10) {
-                break;
-            }
-            // As Redisson's waiter: sleep until a 0 (a 1 would wake every waiter), at
-            // most the holder's TTL; other numbers are passed over.
-            let until = Instant::now() + Duration::from_millis(ttl.clamp(1, 1_000) as u64);
-            while let Some(left) = until.checked_duration_since(Instant::now()) {
-                pubsub
-                    .set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                    .unwrap();
-                let Ok(msg) = pubsub.get_message() else { break };
-                let payload = msg.get_payload::<i64>().unwrap();
-                heard.push(payload);
-                if payload == 0 || payload == 1 {
+        subscribed(&url, name, |conn, pubsub| {
+            let mut heard = Vec::new();
+            let t0 = Instant::now();
+            let mut tries = 0u32;
+            loop {
+                tries += 1;
+                let Some(ttl) = acquire(conn, name, 30_000, JAVA_FIELD) else {
+                    break;
+                };
+                if t0.elapsed() > Duration::from_secs(10) {
                     break;
                 }
+                // As Redisson's waiter: sleep until a 0 (a 1 would wake every waiter), at
+                // most the holder's TTL; other numbers are passed over.
+                let until = Instant::now() + Duration::from_millis(ttl.clamp(1, 1_000) as u64);
+                sleep_until_unlock_message(pubsub, until, &mut heard);
             }
-        }
-        (t0.elapsed(), tries, heard)
+            (t0.elapsed(), tries, heard)
+        })
     });
     let (waited, tries, heard) = java.await.unwrap();
     let got = java_acquire(&s, name, 30_000).is_none();
@@ -224,10 +206,7 @@ async fn java_waiter_against(n_clients: usize, tasks: usize) {
         waited < Duration::from_secs(2),
         "the Java waiter waited {waited:?}"
     );
-    assert!(
-        !heard.contains(&1),
-        "a 1 wakes every Redisson waiter: {heard:?}"
-    );
+    no_wake_all(&heard);
     assert!(
         heard
             .iter()
@@ -303,8 +282,7 @@ async fn a_single_try_takes_a_free_lock_during_another_clients_turn_a_wait_does_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_dropped_at_its_turn_leaves_the_turn_to_its_sibling() {
     let s = RedisServer::start();
-    let holder = Client::connect(s.url()).await.unwrap();
-    let client = Client::connect(s.url()).await.unwrap();
+    let (holder, client) = connect_two(&s).await;
     let name = "nu2:sibling";
     let mut outsider: Option<redis::Connection> = None;
     let mut slowest = Duration::ZERO;
@@ -341,13 +319,8 @@ async fn a_waiter_dropped_at_its_turn_leaves_the_turn_to_its_sibling() {
     }
     eprintln!("slowest sibling grant {slowest:?}");
     drop(outsider);
-    assert!(
-        eventually(Duration::from_secs(2), || s.cmd::<i64>(&["EXISTS", name])
-            == 0)
-        .await
-    );
-    holder.shutdown().await.unwrap();
-    client.shutdown().await.unwrap();
+    assert!(gone_soon(&s, name).await);
+    shut_down(&[&holder, &client]).await;
 }
 
 /// `lock()` futures cut short at varied points on a free lock (the acquire may be in
@@ -355,8 +328,7 @@ async fn a_waiter_dropped_at_its_turn_leaves_the_turn_to_its_sibling() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_futures_cut_short_on_a_free_lock_leave_no_hold() {
     let s = RedisServer::start();
-    let client = Client::connect(s.url()).await.unwrap();
-    let other = Client::connect(s.url()).await.unwrap();
+    let (client, other) = connect_two(&s).await;
     let lock = client.lock("nu2:cut");
     let mut granted = 0;
     let mut free_after = Duration::ZERO;
@@ -404,8 +376,7 @@ async fn lock_futures_cut_short_on_a_free_lock_leave_no_hold() {
     let st = client.stats();
     eprintln!("{st:?}");
     assert_eq!(st.acquisitions, st.releases, "{st:?}");
-    client.shutdown().await.unwrap();
-    other.shutdown().await.unwrap();
+    shut_down(&[&client, &other]).await;
 }
 
 /// A service on a current-thread runtime (`#[tokio::main(flavor = "current_thread")]`):
@@ -414,12 +385,7 @@ async fn lock_futures_cut_short_on_a_free_lock_leave_no_hold() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_current_thread_service_shares_the_lock_and_renews() {
     let s = RedisServer::start();
-    let client = common::client_with(
-        &s.url(),
-        Duration::from_millis(600),
-        Duration::from_millis(500),
-    )
-    .await;
+    let client = watchdog_client(&s, Duration::from_millis(600)).await;
     let long = client.lock("nu2:ct").lock().await.unwrap();
     let counts = {
         let c = client.clone();

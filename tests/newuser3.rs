@@ -9,10 +9,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::redisson_rlock::{ACQUIRE, UNLOCK};
-use common::{client_with, eventually, RedisServer};
-use redis_rlock::protocol::{channel_name, UNLOCK_MESSAGE};
-use redis_rlock::{Client, OwnerId, Stats};
+use common::newcomer::{
+    connect_two, gone_soon, shut_down, timed_waiter, tokens_grow, watchdog_client,
+};
+use common::redisson_waiter::{
+    acquire, no_wake_all, sleep_until_unlock_message, subscribed, unlock,
+};
+use common::RedisServer;
+use redis_rlock::{OwnerId, Stats};
 
 const JAVA_FIELD: &str = "0a0b0c0d-3333-4444-5555-666677778888:7";
 
@@ -24,8 +28,7 @@ fn hold_count(s: &RedisServer, name: &str, field: &str) -> Option<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_quick_start_does_what_its_comments_say() {
     let s = RedisServer::start();
-    let client = Client::connect(s.url()).await.unwrap();
-    let other = Client::connect(s.url()).await.unwrap();
+    let (client, other) = connect_two(&s).await;
     let lock = client.lock("nu3:orders:42");
 
     let outer = lock.lock().await.unwrap();
@@ -111,16 +114,8 @@ async fn the_readme_quick_start_does_what_its_comments_say() {
         "the scopes overlapped: {order:?}"
     );
 
-    let fenced = client.fenced_lock("nu3:accounts:7");
-    let g = fenced.lock().await.unwrap();
-    let first = g.fencing_token().expect("a fenced guard has a token");
-    g.unlock().await.unwrap();
-    let g = fenced.lock().await.unwrap();
-    assert!(g.fencing_token().unwrap() > first, "tokens grow");
-    g.unlock().await.unwrap();
-
-    client.shutdown().await.unwrap();
-    other.shutdown().await.unwrap();
+    tokens_grow(&client.fenced_lock("nu3:accounts:7")).await;
+    shut_down(&[&client, &other]).await;
 }
 
 /// A guard dropped without `unlock` (an early return, a `?`): the lock is given back at
@@ -128,19 +123,9 @@ async fn the_readme_quick_start_does_what_its_comments_say() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_dropped_without_unlock_frees_the_lock_for_a_waiter() {
     let s = RedisServer::start();
-    let a = Client::connect(s.url()).await.unwrap();
-    let b = Client::connect(s.url()).await.unwrap();
+    let (a, b) = connect_two(&s).await;
     let guard = a.lock("nu3:drop").lock().await.unwrap();
-    let waiter = {
-        let lock = b.lock("nu3:drop");
-        tokio::spawn(async move {
-            let t0 = Instant::now();
-            let g = lock.lock().await.unwrap();
-            let waited = t0.elapsed();
-            g.unlock().await.unwrap();
-            waited
-        })
-    };
+    let waiter = timed_waiter(b.lock("nu3:drop"));
     tokio::time::sleep(Duration::from_millis(200)).await;
     fn early_return(_g: redis_rlock::LockGuard) -> Result<(), &'static str> {
         Err("gave up")
@@ -154,15 +139,9 @@ async fn a_guard_dropped_without_unlock_frees_the_lock_for_a_waiter() {
         waited < Duration::from_secs(1),
         "the waiter got the lock after {waited:?}"
     );
-    assert!(
-        eventually(Duration::from_secs(2), || s
-            .cmd::<i64>(&["EXISTS", "nu3:drop"])
-            == 0)
-        .await
-    );
+    assert!(gone_soon(&s, "nu3:drop").await);
     assert!(a.stats().releases >= 1, "the drop counts as a release");
-    a.shutdown().await.unwrap();
-    b.shutdown().await.unwrap();
+    shut_down(&[&a, &b]).await;
 }
 
 /// The watchdog keeps a lock taken without a lease alive through a job three leases
@@ -170,8 +149,7 @@ async fn a_guard_dropped_without_unlock_frees_the_lock_for_a_waiter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_a_long_job_locked_and_counts_it() {
     let s = RedisServer::start();
-    let wd = Duration::from_millis(900);
-    let client = client_with(&s.url(), wd, Duration::from_millis(500)).await;
+    let client = watchdog_client(&s, Duration::from_millis(900)).await;
     let g = client.lock("nu3:long").lock().await.unwrap();
     assert!(g.is_watchdog());
     let mut lowest = i64::MAX;
@@ -198,8 +176,7 @@ async fn the_watchdog_keeps_a_long_job_locked_and_counts_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_count_a_known_story() {
     let s = RedisServer::start();
-    let client = Client::connect(s.url()).await.unwrap();
-    let other = Client::connect(s.url()).await.unwrap();
+    let (client, other) = connect_two(&s).await;
     assert_eq!(client.stats().acquisitions, 0);
     let lock = client.lock("nu3:stats");
 
@@ -237,8 +214,7 @@ async fn stats_count_a_known_story() {
     );
     assert_eq!(after.acquisitions - before.acquisitions, 1);
     assert_eq!(after.releases - before.releases, 2);
-    client.shutdown().await.unwrap();
-    other.shutdown().await.unwrap();
+    shut_down(&[&client, &other]).await;
 }
 
 /// A Java service's `lock()` waits behind this crate's clients, as Redisson does:
@@ -250,8 +226,7 @@ async fn stats_count_a_known_story() {
 async fn a_redisson_lock_waiter_behind_this_crates_clients_is_woken_by_the_release() {
     let s = RedisServer::start();
     let name = "nu3:java";
-    let a = Client::connect(s.url()).await.unwrap();
-    let b = Client::connect(s.url()).await.unwrap();
+    let (a, b) = connect_two(&s).await;
     for unlock in [true, false] {
         let guard = a.lock(name).lock().await.unwrap();
         let url = s.url();
@@ -281,74 +256,39 @@ async fn a_redisson_lock_waiter_behind_this_crates_clients_is_woken_by_the_relea
             after < Duration::from_secs(1),
             "unlock={unlock}: the Java waiter got in {after:?} after the release"
         );
-        assert!(
-            !heard.contains(&1),
-            "a 1 wakes every Redisson waiter: {heard:?}"
-        );
+        no_wake_all(&heard);
         tokio::time::timeout(Duration::from_secs(10), crate_waiter)
             .await
             .expect("the crate's waiter never got in after the Java holder left")
             .unwrap();
         assert_eq!(s.cmd::<i64>(&["EXISTS", name]), 0);
     }
-    a.shutdown().await.unwrap();
-    b.shutdown().await.unwrap();
+    shut_down(&[&a, &b]).await;
 }
 
 /// Redisson's `lock()` on this thread: the instant it got the lock (then held 20 ms and
 /// given back with Redisson's unlock script), or `None` by `limit`; and the messages heard.
 fn redisson_lock(url: &str, name: &str, limit: Duration) -> (Option<Instant>, Vec<i64>) {
-    let client = redis::Client::open(url).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let mut sub = client.get_connection().unwrap();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(channel_name(name)).unwrap();
-    let t0 = Instant::now();
-    let mut heard = Vec::new();
-    while t0.elapsed() < limit {
-        let ttl: Option<i64> = redis::Script::new(ACQUIRE)
-            .key(name)
-            .arg(30_000)
-            .arg(JAVA_FIELD)
-            .invoke(&mut conn)
-            .unwrap();
-        let Some(ttl) = ttl else {
-            let got = Instant::now();
-            std::thread::sleep(Duration::from_millis(20));
-            let _: Option<i64> = redis::Script::new(UNLOCK)
-                .key(name)
-                .key(channel_name(name))
-                .key(format!("redisson_unlock_latch:{{{name}}}:nu3"))
-                .arg(UNLOCK_MESSAGE)
-                .arg(30_000)
-                .arg(JAVA_FIELD)
-                .arg("publish")
-                .arg(10_000)
-                .invoke(&mut conn)
-                .unwrap();
-            let _: () = redis::cmd("DEL")
-                .arg(format!("redisson_unlock_latch:{{{name}}}:nu3"))
-                .query(&mut conn)
-                .unwrap();
-            return (Some(got), heard);
-        };
-        // Until a 0 (a 1 would wake every waiter), at most the holder's TTL.
-        let until = Instant::now() + Duration::from_millis(ttl.clamp(1, 30_000) as u64);
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            let left = left.min(limit.saturating_sub(t0.elapsed()));
-            if left.is_zero() {
-                break;
-            }
-            pubsub.set_read_timeout(Some(left)).unwrap();
-            let Ok(msg) = pubsub.get_message() else { break };
-            let payload: i64 = msg.get_payload().unwrap();
-            heard.push(payload);
-            if payload == 0 || payload == 1 {
-                break;
-            }
+    subscribed(url, name, |conn, pubsub| {
+        let t0 = Instant::now();
+        let mut heard = Vec::new();
+        while t0.elapsed() < limit {
+            let Some(ttl) = acquire(conn, name, 30_000, JAVA_FIELD) else {
+                let got = Instant::now();
+                std::thread::sleep(Duration::from_millis(20));
+                let _ = unlock(conn, name, "nu3", JAVA_FIELD);
+                let _: () = redis::cmd("DEL")
+                    .arg(format!("redisson_unlock_latch:{{{name}}}:nu3"))
+                    .query(conn)
+                    .unwrap();
+                return (Some(got), heard);
+            };
+            // Until a 0 (a 1 would wake every waiter), at most the holder's TTL and `limit`.
+            let ttl_end = Instant::now() + Duration::from_millis(ttl.clamp(1, 30_000) as u64);
+            sleep_until_unlock_message(pubsub, ttl_end.min(t0 + limit), &mut heard);
         }
-    }
-    (None, heard)
+        (None, heard)
+    })
 }
 
 /// Bad input from a caller new to the crate: each a typed error, with nothing left in
@@ -357,7 +297,7 @@ fn redisson_lock(url: &str, name: &str, limit: Duration) -> (Option<Instant>, Ve
 async fn bad_input_gets_typed_errors_and_leaves_nothing() {
     use redis_rlock::{Error, MAX_DURATION, MAX_NAME_LEN};
     let s = RedisServer::start();
-    let client = Client::connect(s.url()).await.unwrap();
+    let client = redis_rlock::Client::connect(s.url()).await.unwrap();
     let err = client.lock("").lock().await.unwrap_err();
     assert!(matches!(err, Error::EmptyName), "{err:?}");
     let long = "n".repeat(MAX_NAME_LEN + 1);
@@ -402,12 +342,7 @@ async fn bad_input_gets_typed_errors_and_leaves_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_lock_is_reported_lost_by_the_watchdog() {
     let s = RedisServer::start();
-    let client = client_with(
-        &s.url(),
-        Duration::from_millis(900),
-        Duration::from_millis(500),
-    )
-    .await;
+    let client = watchdog_client(&s, Duration::from_millis(900)).await;
     let g = client.lock("nu3:gone").lock().await.unwrap();
     assert!(!g.is_lost());
     let _: () = s.cmd(&["DEL", "nu3:gone"]);
@@ -443,7 +378,7 @@ fn a_guard_that_outlives_its_runtime_is_lost_and_drops_quietly() {
         .build()
         .unwrap();
     let (client, guard) = rt.block_on(async {
-        let c = client_with(&s.url(), Duration::from_secs(1), Duration::from_millis(500)).await;
+        let c = watchdog_client(&s, Duration::from_secs(1)).await;
         let g = c.lock("nu3:orphan").lock().await.unwrap();
         (c, g)
     });
@@ -471,8 +406,7 @@ fn a_guard_that_outlives_its_runtime_is_lost_and_drops_quietly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_inside_run_releases_the_lock() {
     let s = RedisServer::start();
-    let a = Client::connect(s.url()).await.unwrap();
-    let b = Client::connect(s.url()).await.unwrap();
+    let (a, b) = connect_two(&s).await;
     let lock = a.lock("nu3:panic");
     let (entered, in_work) = tokio::sync::oneshot::channel::<()>();
     let worker = tokio::spawn(async move {
@@ -493,6 +427,5 @@ async fn a_panic_inside_run_releases_the_lock() {
     assert!(worker.await.unwrap_err().is_panic());
     assert!(waited < Duration::from_secs(1), "waited {waited:?}");
     g.unlock().await.unwrap();
-    a.shutdown().await.unwrap();
-    b.shutdown().await.unwrap();
+    shut_down(&[&a, &b]).await;
 }

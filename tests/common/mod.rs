@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 pub mod cluster_setup;
+pub mod monitor;
+pub mod newcomer;
 /// Redisson's scripts typed in once for these tests and the checker (`tests/mc/family/`).
 #[path = "../mc/family/peer.rs"]
 pub mod peer;
@@ -11,8 +13,10 @@ pub mod proxy;
 pub mod redisson_fair;
 pub mod redisson_permits;
 pub mod redisson_rlock;
+pub mod redisson_waiter;
 pub mod server_bin;
 pub mod topology;
+pub mod turns;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

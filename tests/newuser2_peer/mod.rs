@@ -1,33 +1,17 @@
 //! Helpers of `tests/newuser2*.rs`: a Java service's lock through Redisson's own scripts
 //! (`tests/common/redisson_rlock.rs`), and the keys left without a TTL.
 
-use crate::common::redisson_rlock::{ACQUIRE, UNLOCK};
+use crate::common::redisson_waiter::{acquire, unlock};
 use crate::common::RedisServer;
-use redis_rlock::protocol::{channel_name, UNLOCK_MESSAGE};
 
 pub const JAVA_FIELD: &str = "0a0b0c0d-2222-3333-4444-555566667777:42";
 
 pub fn java_acquire(s: &RedisServer, name: &str, lease_ms: u64) -> Option<i64> {
-    redis::Script::new(ACQUIRE)
-        .key(name)
-        .arg(lease_ms)
-        .arg(JAVA_FIELD)
-        .invoke(&mut s.conn())
-        .unwrap()
+    acquire(&mut s.conn(), name, lease_ms, JAVA_FIELD)
 }
 
 pub fn java_unlock(s: &RedisServer, name: &str, request: u32) -> Option<i64> {
-    redis::Script::new(UNLOCK)
-        .key(name)
-        .key(channel_name(name))
-        .key(format!("redisson_unlock_latch:{{{name}}}:{request:04x}"))
-        .arg(UNLOCK_MESSAGE)
-        .arg(30_000)
-        .arg(JAVA_FIELD)
-        .arg("publish")
-        .arg(10_000)
-        .invoke(&mut s.conn())
-        .unwrap()
+    unlock(&mut s.conn(), name, &format!("{request:04x}"), JAVA_FIELD)
 }
 
 /// Keys without a TTL other than `lock_names`: anything of ours beyond Redisson's hash
