@@ -2,9 +2,10 @@
 //! `src/shell/acquire/waiting.rs`): acquisitions cancelled at each await point of the
 //! waiting flow, against a real redis-server. After each, Redis must show no hold of
 //! nobody, no line entry of a client with nobody waiting, no key without a TTL (but the
-//! fenced counter), and the next caller must get the lock promptly.
-//!
-//! Run: `cargo test --test adv_waiter -- --nocapture`
+//! fenced counter), and the next caller must get the lock promptly. With the drop
+//! instrumented (not committed), the sweeps cancelled waiters in every phase: first
+//! attempt, `sub.ready`, hold-back, later attempts, look, `settled`, asleep, offered,
+//! and the leave after a wait ran out. Run: `cargo test --test adv_waiter -- --nocapture`
 
 mod common;
 
@@ -12,11 +13,16 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use common::{eventually, RedisServer};
-use redis_rlock::{protocol, Client, Error, Lock, LockGuard, OwnerId};
+use futures_util::StreamExt;
+use redis_rlock::{protocol, Client, Error, Lock, LockGuard, OwnerId, DEFAULT_TURN_WINDOW};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
 
 async fn client(s: &RedisServer, turns: bool) -> Client {
     let window = if turns {
-        redis_rlock::DEFAULT_TURN_WINDOW
+        DEFAULT_TURN_WINDOW
     } else {
         Duration::ZERO
     };
@@ -45,25 +51,7 @@ fn fields(s: &RedisServer, name: &str) -> Vec<String> {
 }
 
 fn line(s: &RedisServer, name: &str) -> Vec<String> {
-    s.cmd(&["LRANGE", &protocol::clients_key(name), "0", "-1"])
-}
-
-/// Waits up to `limit` for the lock hash to be gone; how long that took, if it did.
-async fn freed_within(s: &RedisServer, name: &str, limit: Duration) -> Option<Duration> {
-    let t = Instant::now();
-    eventually(limit, || s.cmd::<i64>(&["EXISTS", name]) == 0)
-        .await
-        .then(|| t.elapsed())
-}
-
-/// Keys on the server without a TTL, but the fenced token counter (kept forever, as
-/// Redisson's `RFencedLock` does).
-fn keys_without_ttl(s: &RedisServer) -> Vec<String> {
-    let keys: Vec<String> = s.cmd(&["KEYS", "*"]);
-    keys.into_iter()
-        .filter(|k| !k.starts_with("redisson_lock_token"))
-        .filter(|k| s.cmd::<i64>(&["PTTL", k]) == -1)
-        .collect()
+    members(s, &protocol::clients_key(name))
 }
 
 /// The members of a list or sorted set (none for a missing key).
@@ -74,26 +62,47 @@ fn members(s: &RedisServer, key: &str) -> Vec<String> {
     s.cmd(&["EVAL", LIST, "1", key])
 }
 
-/// A fresh client's call of the lock `lock` makes gets it within 200 ms.
-async fn next_is_prompt(s: &RedisServer, lock: &dyn Fn(&Client) -> Lock) {
+/// Waits up to `limit` for the lock hash to be gone, else fails with `what`; how long
+/// that took.
+async fn freed(s: &RedisServer, name: &str, limit: Duration, what: &str) -> Duration {
+    let t = Instant::now();
+    let gone = eventually(limit, || s.cmd::<i64>(&["EXISTS", name]) == 0).await;
+    let (state, pttl) = (fields(s, name), s.cmd::<i64>(&["PTTL", name]));
+    assert!(
+        gone,
+        "{what}: still held by {state:?} after {limit:?} (PTTL {pttl} ms)"
+    );
+    t.elapsed()
+}
+
+/// A fresh client's call of the lock `lock` makes gets it within 200 ms, and no key on
+/// the server lacks a TTL but the fenced token counter (kept forever, as Redisson's
+/// `RFencedLock` does).
+async fn ends_clean(s: &RedisServer, lock: &dyn Fn(&Client) -> Lock) {
     let c = client(s, true).await;
     let l = lock(&c);
     let t = Instant::now();
     let g = l.try_lock_for(Duration::from_secs(1), None).await.unwrap();
     let (took, state) = (t.elapsed(), fields(s, l.name()));
     assert!(
-        g.is_some() && took < Duration::from_millis(200),
+        g.is_some() && took < ms(200),
         "the next caller got {} after {took:?}; hash {state:?}",
         g.is_some()
     );
     g.unwrap().unlock().await.unwrap();
     c.shutdown().await.unwrap();
+    let keys: Vec<String> = s.cmd(&["KEYS", "*"]);
+    let no_ttl: Vec<&String> = keys
+        .iter()
+        .filter(|k| !k.starts_with("redisson_lock_token") && s.cmd::<i64>(&["PTTL", k]) == -1)
+        .collect();
+    assert!(no_ttl.is_empty(), "keys without a TTL: {no_ttl:?}");
 }
 
 /// A hand-over delivered to a waiter that is then dropped unpolled (its grant arrived but
-/// was never taken): the waiter's drop gives the hold back at once, instead of leaving it
-/// held by nobody for the watchdog's 30 s. Breaks if `Waiting`'s drop loses its queue
-/// part (`Waiter::leave` and `release_detached`).
+/// was never taken): the waiter's drop gives the hold back at once, published (a Redisson
+/// waiter hears it), instead of leaving it held by nobody for the watchdog's 30 s.
+/// Breaks if `Waiting`'s drop loses its queue part (`Waiter::leave`, `release_detached`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_never_taken_is_given_back_when_its_waiter_is_dropped() {
     let s = RedisServer::start();
@@ -103,26 +112,37 @@ async fn a_grant_never_taken_is_given_back_when_its_waiter_is_dropped() {
         let name = &format!("adv:waiter:untaken:{round}");
         let holder = waiter(a.lock(name)).await.unwrap();
         let held_by = holder.holder_field().to_string();
+        let redis = redis::Client::open(s.url()).unwrap();
+        let mut pubsub = redis.get_async_pubsub().await.unwrap();
+        pubsub
+            .subscribe(protocol::channel_name(name))
+            .await
+            .unwrap();
+        let mut heard = pubsub.on_message();
         let mut w = Box::pin(waiter(a.lock(name)));
-        assert!(poll_for(&mut w, Duration::from_millis(150)).await.is_none());
+        assert!(poll_for(&mut w, ms(150)).await.is_none());
         holder.unlock().await.unwrap();
         let now = fields(&s, name);
         assert!(
             now.len() == 1 && now[0] != held_by,
-            "round {round}, setup: the unlock handed nothing over ({now:?})"
+            "setup: no hand-over ({now:?})"
         );
         drop(w);
-        let freed = freed_within(&s, name, Duration::from_secs(2)).await;
-        let pttl: i64 = s.cmd(&["PTTL", name]);
+        let took = freed(&s, name, ms(2000), "a grant whose waiter was dropped").await;
+        let zero = tokio::time::timeout(ms(1000), async {
+            while let Some(m) = heard.next().await {
+                if m.get_payload::<String>().unwrap() == "0" {
+                    return;
+                }
+            }
+        });
         assert!(
-            freed.is_some(),
-            "round {round}: a grant nobody took still holds {:?} 2 s after its waiter was dropped (PTTL {pttl} ms)",
-            fields(&s, name)
+            zero.await.is_ok(),
+            "round {round}: a Redisson waiter heard no release"
         );
-        println!("round {round}: given back in {:?}", freed.unwrap());
+        println!("round {round}: given back in {took:?}");
     }
-    next_is_prompt(&s, &|c| c.lock("adv:waiter:untaken:2")).await;
-    assert_eq!(keys_without_ttl(&s), Vec::<String>::new());
+    ends_clean(&s, &|c| c.lock("adv:waiter:untaken:2")).await;
 }
 
 /// The waiter is dropped while offered the lock (the unlock's reply not in yet, Redis
@@ -132,51 +152,68 @@ async fn a_grant_never_taken_is_given_back_when_its_waiter_is_dropped() {
 async fn a_waiter_dropped_while_offered_leaves_nothing_held() {
     let s = RedisServer::start();
     s.load_lock_scripts();
-    let a = Client::builder(s.url())
-        .response_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
+    let a = client(&s, true).await;
     for drop_unlock in [false, true] {
         let name = &format!("adv:waiter:offered:{drop_unlock}");
         let holder = waiter(a.lock(name)).await.unwrap();
         let mut w = Box::pin(waiter(a.lock(name)));
-        assert!(poll_for(&mut w, Duration::from_millis(150)).await.is_none());
+        assert!(poll_for(&mut w, ms(150)).await.is_none());
         let scripts = s.calls("evalsha");
         s.signal("STOP");
         let mut u = Box::pin(holder.unlock());
-        let early = poll_for(&mut u, Duration::from_millis(30)).await;
+        let early = poll_for(&mut u, ms(30)).await;
         // The waiter sees the offer and waits for its outcome.
-        let w_early = poll_for(&mut w, Duration::from_millis(30)).await;
+        let w_early = poll_for(&mut w, ms(30)).await;
         drop(w);
         if drop_unlock {
             drop(u);
             s.signal("CONT");
         } else {
             s.signal("CONT");
-            let r = tokio::time::timeout(Duration::from_secs(3), &mut u).await;
+            let r = tokio::time::timeout(ms(3000), &mut u).await;
             assert!(matches!(r, Ok(Ok(()))), "the unlock: {r:?}");
         }
         assert!(
             early.is_none() && w_early.is_none(),
-            "setup: Redis answered while stopped"
+            "setup: Redis answered"
         );
-        let freed = freed_within(&s, name, Duration::from_secs(2)).await;
-        assert!(
-            freed.is_some(),
-            "drop_unlock {drop_unlock}: the lock is still held by {:?} 2 s after the offered waiter left",
-            fields(&s, name)
-        );
+        let what = format!("drop_unlock {drop_unlock}: a waiter dropped while offered");
+        let took = freed(&s, name, ms(2000), &what).await;
         // A hand-over and its give-back are two scripts; a published release is one.
         let sent = s.calls("evalsha") - scripts;
-        assert!(
-            sent >= 2,
-            "drop_unlock {drop_unlock}, setup: no hand-over ({sent} scripts)"
-        );
-        println!("drop_unlock {drop_unlock}: freed in {:?}", freed.unwrap());
+        assert!(sent >= 2, "{what}, setup: no hand-over ({sent} scripts)");
+        println!("drop_unlock {drop_unlock}: freed in {took:?}");
     }
-    next_is_prompt(&s, &|c| c.lock("adv:waiter:offered:true")).await;
-    assert_eq!(keys_without_ttl(&s), Vec::<String>::new());
+    ends_clean(&s, &|c| c.lock("adv:waiter:offered:true")).await;
+}
+
+/// The lock of `kind` ("plain", "fair", or "rw": even tasks write, odd ones read).
+fn lock_of(c: &Client, kind: &str, name: &str, t: u64) -> Lock {
+    match (kind, t % 2) {
+        ("fair", _) => c.fair_lock(name),
+        ("rw", 0) => c.read_write_lock(name).write(),
+        ("rw", _) => c.read_write_lock(name).read(),
+        _ => c.lock(name),
+    }
+}
+
+/// The keys in which waiters of `kind` keep their places in Redis, the line included.
+fn places(kind: &str, name: &str) -> Vec<String> {
+    let mut keys = match kind {
+        "fair" => vec![protocol::queue_key(name), protocol::timeout_key(name)],
+        "rw" => vec![protocol::writer_key(name), protocol::reader_key(name)],
+        _ => vec![],
+    };
+    keys.extend([protocol::read_turn_key(name), protocol::clients_key(name)]);
+    keys
+}
+
+/// Waits up to `limit` for every place of `kind`'s waiters to be empty, else fails.
+async fn places_empty(s: &RedisServer, kind: &str, name: &str, limit: Duration, what: &str) {
+    let keys = places(kind, name);
+    let empty = eventually(limit, || keys.iter().all(|k| members(s, k).is_empty())).await;
+    let state: Vec<Vec<String>> = keys.iter().map(|k| members(s, k)).collect();
+    assert!(empty, "{what}: after {limit:?}, {keys:?} hold {state:?}");
 }
 
 /// A waiter of client B, cut short before its first reply or asleep behind A's hold, is
@@ -188,28 +225,16 @@ async fn dropped_waiters_leave(kind: &str) {
     let (a, b) = (client(&s, true).await, client(&s, true).await);
     let name = &format!("adv:waiter:leave:{kind}");
     let holder = waiter(lock_of(&a, kind, name, 0)).await.unwrap();
-    let mut keys = places(kind, name);
-    keys.push(protocol::clients_key(name));
     for cut in [0u64, 1, 3, 20, 150] {
         let mut w = Box::pin(waiter(lock_of(&b, kind, name, 0)));
-        assert!(poll_for(&mut w, Duration::from_millis(cut)).await.is_none());
+        assert!(poll_for(&mut w, ms(cut)).await.is_none());
         drop(w);
-        let gone = eventually(Duration::from_millis(300), || {
-            keys.iter().all(|k| members(&s, k).is_empty())
-        })
-        .await;
-        let state: Vec<Vec<String>> = keys.iter().map(|k| members(&s, k)).collect();
-        assert!(
-            gone,
-            "{kind}, cut {cut} ms: 300 ms after B's only waiter was dropped: {keys:?} hold {state:?}"
-        );
+        let what = format!("{kind}: B's only waiter dropped after {cut} ms");
+        places_empty(&s, kind, name, ms(300), &what).await;
     }
     holder.unlock().await.unwrap();
-    for t in 0..2 {
-        let lock = |c: &Client| lock_of(c, kind, name, t);
-        next_is_prompt(&s, &lock).await;
-    }
-    assert_eq!(keys_without_ttl(&s), Vec::<String>::new());
+    ends_clean(&s, &|c| lock_of(c, kind, name, 1)).await;
+    ends_clean(&s, &|c| lock_of(c, kind, name, 0)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,29 +252,6 @@ async fn a_dropped_writer_clears_its_mark() {
     dropped_waiters_leave("rw").await;
 }
 
-/// The lock of `kind` ("plain", "fair", or "rw": even tasks write, odd ones read).
-fn lock_of(c: &Client, kind: &str, name: &str, t: u64) -> Lock {
-    match (kind, t % 2) {
-        ("fair", _) => c.fair_lock(name),
-        ("rw", 0) => c.read_write_lock(name).write(),
-        ("rw", _) => c.read_write_lock(name).read(),
-        _ => c.lock(name),
-    }
-}
-
-/// The keys in which waiters of `kind` keep their places (besides the line).
-fn places(kind: &str, name: &str) -> Vec<String> {
-    match kind {
-        "fair" => vec![protocol::queue_key(name), protocol::timeout_key(name)],
-        "rw" => vec![
-            protocol::writer_key(name),
-            protocol::reader_key(name),
-            protocol::read_turn_key(name),
-        ],
-        _ => vec![],
-    }
-}
-
 /// Many tasks of two clients take and cancel `lock()`/`try_lock_for` at varied points
 /// (`timeout`, `select!`, `JoinHandle::abort`), turns on or off. Afterwards: the lock
 /// free, the line and the waiters' places empty, every key with a TTL, the next caller
@@ -259,13 +261,13 @@ async fn cancel_sweep(kind: &'static str, turns: bool) {
     use std::sync::Arc;
     let s = RedisServer::start();
     let clients = [client(&s, turns).await, client(&s, turns).await];
-    let name = format!("adv:waiter:sweep:{kind}:{turns}");
+    let name = &format!("adv:waiter:sweep:{kind}:{turns}");
     let inside = Arc::new(AtomicI64::new(0));
     let (both, grants) = (Arc::new(AtomicI64::new(0)), Arc::new(AtomicI64::new(0)));
-    let until = Instant::now() + Duration::from_secs(4);
+    let until = Instant::now() + ms(4000);
     let mut tasks = Vec::new();
     for t in 0..6u64 {
-        let lock = lock_of(&clients[(t / 2 % 2) as usize], kind, &name, t);
+        let lock = lock_of(&clients[(t / 2 % 2) as usize], kind, name, t);
         // A writer counts 1000, a reader 1: a writer enters only where nobody is.
         let weight = if kind == "rw" && t % 2 == 1 { 1 } else { 1000 };
         let (inside, both, grants) = (inside.clone(), both.clone(), grants.clone());
@@ -277,16 +279,14 @@ async fn cancel_sweep(kind: &'static str, turns: bool) {
                 let cut = Duration::from_micros((i * 7919 + t * 3571) % 4_000);
                 let got = match (i + t) % 3 {
                     0 => tokio::time::timeout(cut, lock.lock()).await.ok(),
+                    // Cut at, or just after, the wait's own end (its leave).
                     1 => tokio::select! {
-                        g = lock.try_lock_for(Duration::from_millis(30), None) =>
+                        g = lock.try_lock_for(cut.saturating_sub(Duration::from_micros(i % 4 * 100)), None) =>
                             Some(g.map(|g| g.ok_or(Error::Closed)).and_then(|g| g)),
                         _ = tokio::time::sleep(cut) => None,
                     },
                     _ => {
-                        let l = lock.clone();
-                        let h = tokio::spawn(
-                            OwnerId::unique().run(async move { l.lock().await.map(drop) }),
-                        );
+                        let h = tokio::spawn(waiter(lock.clone()));
                         tokio::time::sleep(cut).await;
                         h.abort();
                         let _ = h.await;
@@ -309,35 +309,17 @@ async fn cancel_sweep(kind: &'static str, turns: bool) {
         })));
     }
     for t in tasks {
-        tokio::time::timeout(Duration::from_secs(20), t)
-            .await
-            .expect("a sweep task hangs")
-            .unwrap();
+        let done = tokio::time::timeout(ms(20_000), t).await;
+        done.expect("a sweep task hangs").unwrap();
     }
-    let freed = freed_within(&s, &name, Duration::from_secs(2)).await;
+    let took = freed(&s, name, ms(2000), "after the sweep").await;
     let grants = grants.load(SeqCst);
-    println!("{kind}, turns {turns}: {grants} grants, freed after {freed:?}");
+    println!("{kind}, turns {turns}: {grants} grants, freed after {took:?}");
     assert!(grants > 10, "setup: only {grants} grants");
     assert_eq!(both.load(SeqCst), 0, "a writer inside with someone else");
-    assert!(freed.is_some(), "still held by {:?}", fields(&s, &name));
-    let out = eventually(Duration::from_millis(500), || line(&s, &name).is_empty()).await;
-    assert!(
-        out,
-        "the line names clients nobody waits in: {:?}",
-        line(&s, &name)
-    );
-    let left = places(kind, &name);
-    let gone = eventually(Duration::from_millis(500), || {
-        left.iter().all(|k| members(&s, k).is_empty())
-    })
-    .await;
-    let state: Vec<Vec<String>> = left.iter().map(|k| members(&s, k)).collect();
-    assert!(gone, "waiters' places left: {state:?}");
-    assert_eq!(keys_without_ttl(&s), Vec::<String>::new());
-    for t in 0..2 {
-        let lock = |c: &Client| lock_of(c, kind, &name, t);
-        next_is_prompt(&s, &lock).await;
-    }
+    places_empty(&s, kind, name, ms(500), "after the sweep").await;
+    ends_clean(&s, &|c| lock_of(c, kind, name, 0)).await;
+    ends_clean(&s, &|c| lock_of(c, kind, name, 1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -372,44 +354,29 @@ async fn a_shutdown_during_waits_ends_them_and_leaves_nothing() {
     let held_by = holder.holder_field().to_string();
     for c in [&b, &a] {
         let waits: Vec<_> = (0..3).map(|_| tokio::spawn(waiter(c.lock(name)))).collect();
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(ms(150)).await;
         let t = Instant::now();
-        tokio::time::timeout(Duration::from_secs(2), c.shutdown())
-            .await
-            .expect("shutdown hangs")
-            .unwrap();
+        let down = tokio::time::timeout(ms(2000), c.shutdown()).await;
+        down.expect("shutdown hangs").unwrap();
         for w in waits {
-            let r = tokio::time::timeout(Duration::from_secs(1), w)
-                .await
+            let r = tokio::time::timeout(ms(1000), w).await;
+            let r = r
                 .expect("a wait outlives its client's shutdown by 1 s")
                 .unwrap();
             assert!(r.is_err(), "a wait got the lock from a closed client");
         }
         println!("waits ended {:?} after the shutdown began", t.elapsed());
-        let gone = eventually(Duration::from_millis(300), || {
-            !line(&s, name).contains(&c.id().to_string())
-        })
-        .await;
-        assert!(
-            gone,
-            "the shut-down client is still in line: {:?}",
-            line(&s, name)
-        );
-        let now = fields(&s, name);
+        let id = c.id().to_string();
+        let out = eventually(ms(300), || !line(&s, name).contains(&id)).await;
+        assert!(out, "the shut-down client is in line: {:?}", line(&s, name));
         if std::ptr::eq(c, &b) {
-            assert_eq!(
-                now,
-                vec![held_by.clone()],
-                "B's shutdown changed the holders"
-            );
+            assert_eq!(fields(&s, name), vec![held_by.clone()], "B's shutdown");
         } else {
-            let freed = freed_within(&s, name, Duration::from_secs(1)).await;
-            assert!(freed.is_some(), "A shut down; still held by {now:?}");
+            freed(&s, name, ms(1000), "A shut down").await;
         }
     }
     drop(holder);
-    next_is_prompt(&s, &|c| c.lock(name)).await;
-    assert_eq!(keys_without_ttl(&s), Vec::<String>::new());
+    ends_clean(&s, &|c| c.lock(name)).await;
 }
 
 /// `try_lock` and `try_lock_for` that get no answer fail with the typed `Timeout` and the
@@ -418,25 +385,19 @@ async fn a_shutdown_during_waits_ends_them_and_leaves_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unanswered_single_tries_keep_their_errors_and_leave_nothing() {
     let s = RedisServer::start();
-    let response = Duration::from_millis(200);
-    let a = Client::builder(s.url())
-        .response_timeout(response)
-        .build()
-        .await
-        .unwrap();
-    let name = "adv:waiter:stalled";
+    let (response, name) = (ms(200), "adv:waiter:stalled");
+    let a = Client::builder(s.url()).response_timeout(response);
+    let a = a.build().await.unwrap();
     // Warm: scripts loaded, connection up.
     a.lock(name).lock().await.unwrap().unlock().await.unwrap();
     s.signal("STOP");
-    let one = OwnerId::unique().run(a.lock(name).try_lock()).await;
-    let wait = OwnerId::unique()
-        .run(a.lock(name).try_lock_for(Duration::from_millis(100), None))
-        .await;
+    let l = a.lock(name);
+    let one = OwnerId::unique().run(l.try_lock()).await;
+    let wait = OwnerId::unique().run(l.try_lock_for(ms(100), None)).await;
     s.signal("CONT");
     match one {
         Err(Error::Timeout { op, after }) => {
-            assert_eq!(op, "try_lock");
-            assert_eq!(after, response);
+            assert_eq!((op, after), ("try_lock", response));
         }
         other => panic!("try_lock on a stalled Redis: {other:?}"),
     }
@@ -444,20 +405,9 @@ async fn unanswered_single_tries_keep_their_errors_and_leave_nothing() {
         Err(Error::Timeout { op, .. }) => assert_eq!(op, "try_lock_for: its wait ended first"),
         other => panic!("try_lock_for on a stalled Redis: {other:?}"),
     }
-    let freed = freed_within(&s, name, Duration::from_secs(2)).await;
-    assert!(
-        freed.is_some(),
-        "late acquires left {:?} held",
-        fields(&s, name)
-    );
-    let out = eventually(Duration::from_millis(500), || line(&s, name).is_empty()).await;
-    assert!(
-        out,
-        "a call that failed left its client in line: {:?}",
-        line(&s, name)
-    );
-    next_is_prompt(&s, &|c| c.lock(name)).await;
-    assert_eq!(keys_without_ttl(&s), Vec::<String>::new());
+    freed(&s, name, ms(2000), "late acquires").await;
+    places_empty(&s, "plain", name, ms(500), "calls that failed").await;
+    ends_clean(&s, &|c| c.lock(name)).await;
 }
 
 /// Two `lock()` futures of one task (one field) wait behind a holder of their client;
@@ -474,54 +424,76 @@ async fn joined_futures_of_one_task_survive_one_dropped_with_a_grant() {
         let name = &format!("adv:waiter:joined:{round}");
         let holder = waiter(a.lock(name)).await.unwrap();
         let (l, s) = (a.lock(name), &s);
-        OwnerId::unique()
-            .run(async {
-                let mut f1 = Box::pin(l.lock());
-                let mut f2 = Box::pin(l.lock());
-                assert!(poll_for(&mut f1, Duration::from_millis(100))
-                    .await
-                    .is_none());
-                assert!(poll_for(&mut f2, Duration::from_millis(100))
-                    .await
-                    .is_none());
-                holder.unlock().await.unwrap();
-                let handed = fields(s, name);
-                assert_eq!(handed.len(), 1, "round {round}, setup: nothing handed over");
-                let stalled = round == 2;
-                if stalled {
-                    s.signal("STOP");
-                }
-                drop(f1);
-                if stalled {
-                    let mut f3 = Box::pin(l.lock());
-                    let early = poll_for(&mut f3, Duration::from_millis(50)).await;
-                    drop(f3);
-                    s.signal("CONT");
-                    assert!(early.is_none(), "setup: a third call got through");
-                }
-                let t = Instant::now();
-                let g = tokio::time::timeout(Duration::from_secs(2), &mut f2).await;
-                let took = t.elapsed();
-                let g = match g {
-                    Ok(Ok(g)) => g,
-                    other => panic!("round {round}: the other future {other:?} after {took:?}"),
-                };
-                let count: i64 = s.cmd(&["HGET", name, g.holder_field()]);
-                assert_eq!(count, 1, "round {round}: hash {:?}", fields(s, name));
-                let other = b.lock(name).try_lock().await.unwrap();
-                assert!(other.is_none(), "round {round}: another client got in");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                assert_eq!(fields(s, name), vec![g.holder_field().to_string()]);
-                g.unlock().await.unwrap();
-                println!("round {round}: handed {handed:?}; the other took it in {took:?}");
-            })
-            .await;
-        let freed = freed_within(&s, name, Duration::from_secs(1)).await;
-        assert!(
-            freed.is_some(),
-            "round {round}: still held by {:?}",
-            fields(&s, name)
-        );
+        let task = async {
+            let (mut f1, mut f2) = (Box::pin(l.lock()), Box::pin(l.lock()));
+            assert!(poll_for(&mut f1, ms(100)).await.is_none());
+            assert!(poll_for(&mut f2, ms(100)).await.is_none());
+            holder.unlock().await.unwrap();
+            let handed = fields(s, name);
+            assert_eq!(handed.len(), 1, "round {round}, setup: nothing handed over");
+            let stalled = round == 2;
+            if stalled {
+                s.signal("STOP");
+            }
+            drop(f1);
+            if stalled {
+                let mut f3 = Box::pin(l.lock());
+                let early = poll_for(&mut f3, ms(50)).await;
+                drop(f3);
+                s.signal("CONT");
+                assert!(early.is_none(), "setup: a third call got through");
+            }
+            let t = Instant::now();
+            let g = tokio::time::timeout(ms(2000), &mut f2).await;
+            let took = t.elapsed();
+            let Ok(Ok(g)) = g else {
+                panic!("round {round}: the other future {g:?} after {took:?}");
+            };
+            let count: i64 = s.cmd(&["HGET", name, g.holder_field()]);
+            assert_eq!(count, 1, "round {round}: hash {:?}", fields(s, name));
+            let other = b.lock(name).try_lock().await.unwrap();
+            assert!(other.is_none(), "round {round}: another client got in");
+            tokio::time::sleep(ms(50)).await;
+            assert_eq!(fields(s, name), vec![g.holder_field().to_string()]);
+            g.unlock().await.unwrap();
+            println!("round {round}: handed {handed:?}; the other took it in {took:?}");
+        };
+        OwnerId::unique().run(task).await;
+        freed(s, name, ms(1000), &format!("round {round}")).await;
     }
-    assert_eq!(keys_without_ttl(&s), Vec::<String>::new());
+    ends_clean(&s, &|c| c.lock("adv:waiter:joined:2")).await;
+}
+
+/// A grant delivered to a waiter that is not polled again until the grant's lease has
+/// run out (the lock then taken by another client): the waiter does not take the stale
+/// grant for a hold, nor does its give-back touch the new holder; it gets the lock
+/// after that holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_taken_up_after_its_lease_ran_out_is_not_a_hold() {
+    let s = RedisServer::start();
+    let (a, b) = (client(&s, true).await, client(&s, true).await);
+    let name = "adv:waiter:late";
+    let holder = waiter(a.lock(name)).await.unwrap();
+    let (l, lease) = (a.lock(name), ms(300));
+    let mut w = Box::pin(OwnerId::unique().run(async move { l.lock_with_lease(lease).await }));
+    assert!(poll_for(&mut w, ms(150)).await.is_none());
+    holder.unlock().await.unwrap();
+    let handed = fields(&s, name);
+    tokio::time::sleep(lease + ms(150)).await;
+    let gb = b.lock(name).try_lock().await.unwrap();
+    let gb = gb.unwrap_or_else(|| panic!("setup: the grant {handed:?} outlived its lease"));
+    let early = poll_for(&mut w, ms(100)).await;
+    assert!(
+        early.is_none(),
+        "the waiter took a stale grant while B holds: {early:?}"
+    );
+    assert_eq!(fields(&s, name), vec![gb.holder_field().to_string()]);
+    gb.unlock().await.unwrap();
+    let got = tokio::time::timeout(ms(1000), &mut w).await;
+    let Ok(Ok(got)) = got else {
+        panic!("after B's unlock: {got:?}");
+    };
+    got.unlock().await.unwrap();
+    freed(&s, name, ms(1000), "after the waiter's unlock").await;
+    ends_clean(&s, &|c| c.lock(name)).await;
 }
