@@ -54,11 +54,11 @@ fn line(s: &RedisServer, name: &str) -> Vec<String> {
     members(s, &protocol::clients_key(name))
 }
 
-/// The members of a list or sorted set (none for a missing key).
+/// The first three members of a list or sorted set (none for a missing key).
 fn members(s: &RedisServer, key: &str) -> Vec<String> {
     const LIST: &str = "local t = redis.call('type', KEYS[1]).ok \
-        if t == 'list' then return redis.call('lrange', KEYS[1], 0, -1) end \
-        if t == 'zset' then return redis.call('zrange', KEYS[1], 0, -1) end return {}";
+        if t == 'list' then return redis.call('lrange', KEYS[1], 0, 2) end \
+        if t == 'zset' then return redis.call('zrange', KEYS[1], 0, 2) end return {}";
     s.cmd(&["EVAL", LIST, "1", key])
 }
 
