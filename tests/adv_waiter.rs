@@ -232,24 +232,32 @@ async fn dropped_waiters_leave(kind: &str) {
         let what = format!("{kind}: B's only waiter dropped after {cut} ms");
         places_empty(&s, kind, name, ms(300), &what).await;
     }
+    // Last, B waits first and C behind it; B's waiter is dropped right after the release
+    // that makes it next: C is served at once (plain: after B's turn, 10 ms, measured 12-14).
+    let c = client(&s, true).await;
+    let mut w = Box::pin(waiter(lock_of(&b, kind, name, 0)));
+    assert!(poll_for(&mut w, ms(100)).await.is_none());
+    let wc = tokio::spawn(waiter(lock_of(&c, kind, name, 0)));
+    tokio::time::sleep(ms(100)).await;
     holder.unlock().await.unwrap();
+    let t = Instant::now();
+    drop(w);
+    let (g, took) = (tokio::time::timeout(ms(10_000), wc).await, t.elapsed());
+    let Ok(Ok(Ok(g))) = g else {
+        panic!("{kind}: C after B's waiter left: {g:?}")
+    };
+    println!("{kind}: C served {took:?} after B's waiter left");
+    assert!(took < ms(200), "{kind}: C served {took:?} after B left");
+    g.unlock().await.unwrap();
     ends_clean(&s, &|c| lock_of(c, kind, name, 1)).await;
     ends_clean(&s, &|c| lock_of(c, kind, name, 0)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_plain_waiter_takes_its_client_out_of_the_line() {
-    dropped_waiters_leave("plain").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_fair_waiter_leaves_the_queue() {
-    dropped_waiters_leave("fair").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_writer_clears_its_mark() {
-    dropped_waiters_leave("rw").await;
+async fn dropped_plain_fair_and_write_waiters_leave_their_places() {
+    for kind in ["plain", "fair", "rw"] {
+        dropped_waiters_leave(kind).await;
+    }
 }
 
 /// Many tasks of two clients take and cancel `lock()`/`try_lock_for` at varied points
@@ -323,22 +331,14 @@ async fn cancel_sweep(kind: &'static str, turns: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_sweep_with_turns_leaves_nothing_behind() {
+async fn plain_cancel_sweeps_with_and_without_turns_leave_nothing_behind() {
     cancel_sweep("plain", true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_sweep_without_turns_leaves_nothing_behind() {
     cancel_sweep("plain", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fair_cancel_sweep_leaves_nothing_behind() {
+async fn fair_and_read_write_cancel_sweeps_leave_nothing_behind() {
     cancel_sweep("fair", true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_write_cancel_sweep_leaves_nothing_behind() {
     cancel_sweep("rw", true).await;
 }
 
