@@ -38,9 +38,10 @@ fn waiter(l: Lock) -> impl Future<Output = redis_rlock::Result<LockGuard>> + Sen
     OwnerId::unique().run(async move { l.lock().await })
 }
 
-/// Polls `fut` for `d`; its output if it finished meanwhile.
+/// Polls `fut` for `d` (at least once); its output if it finished meanwhile.
 async fn poll_for<F: Future + Unpin>(fut: &mut F, d: Duration) -> Option<F::Output> {
     tokio::select! {
+        biased;
         out = fut => Some(out),
         _ = tokio::time::sleep(d) => None,
     }
@@ -80,8 +81,7 @@ async fn freed(s: &RedisServer, name: &str, limit: Duration, what: &str) -> Dura
 /// `RFencedLock` does).
 async fn ends_clean(s: &RedisServer, lock: &dyn Fn(&Client) -> Lock) {
     let c = client(s, true).await;
-    let l = lock(&c);
-    let t = Instant::now();
+    let (l, t) = (lock(&c), Instant::now());
     let g = l.try_lock_for(Duration::from_secs(1), None).await.unwrap();
     let (took, state) = (t.elapsed(), fields(s, l.name()));
     assert!(
