@@ -14,7 +14,7 @@
 //! left in it is removed at once.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -170,6 +170,9 @@ pub(crate) struct Table {
     in_flight: AtomicUsize,
     /// Told when the last request in flight settles.
     none: Notify,
+    /// Set once anyone waited in [`all_settled`](Self::all_settled) (a shutdown): until
+    /// then the last request to settle tells nobody, and skips `Notify`'s lock.
+    awaited: AtomicBool,
 }
 
 impl Table {
@@ -180,6 +183,7 @@ impl Table {
             lease,
             in_flight: AtomicUsize::new(0),
             none: Notify::new(),
+            awaited: AtomicBool::new(false),
         }
     }
 
@@ -284,7 +288,10 @@ impl Table {
                 }
             }
         });
-        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+        // Both orders are `SeqCst`: if this misses a waiter's `awaited`, that waiter's
+        // next look at `in_flight` comes after this decrement and finds it settled.
+        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 && self.awaited.load(Ordering::SeqCst)
+        {
             self.none.notify_waiters();
         }
     }
@@ -322,6 +329,7 @@ impl Table {
 
     /// Waits until no request of any field is in flight.
     pub(crate) async fn all_settled(&self) {
+        self.awaited.store(true, Ordering::SeqCst);
         loop {
             let none = self.none.notified();
             tokio::pin!(none);
