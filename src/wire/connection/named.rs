@@ -102,7 +102,8 @@ impl NamedManager {
             // Set again unless the name went out: the next command names the connection
             // if this one failed, or was dropped before it was answered.
             let pending = Pending(Some(&self.unnamed));
-            let reply = named_query(&mut manager, &self.name, cmd).await;
+            // Boxed: rare (after a reconnect), and inline it would double this future.
+            let reply = Box::pin(named_query(&mut manager, &self.name, cmd)).await;
             if reply.is_ok() {
                 pending.disarm();
             }
