@@ -84,7 +84,8 @@ impl Target {
                     unanswered,
                 } => {
                     if !unanswered.is_empty() {
-                        release::settle_unanswered(&inner, &hold, unanswered).await?;
+                        // Boxed: rare, and inline it was most of this future's size.
+                        Box::pin(release::settle_unanswered(&inner, &hold, unanswered)).await?;
                     }
                     break (fresh, in_flight);
                 }

@@ -112,7 +112,9 @@ impl NamedManager {
             // Boxed, once, at the bottom: redis-rs's future is over a kilobyte, and
             // inline it made every future above it as large, each moved a few times
             // on every lock call (a tenth of the client's instructions per pair).
-            Box::pin(manager.send_packed_command(cmd)).await
+            // Boxed by redis-rs itself, which builds it in its box: boxed here, it was
+            // built aside and copied in.
+            manager.req_packed_command(cmd).await
         };
         if reply.as_ref().is_err_and(broken) {
             self.unnamed.store(true, Ordering::Release);
