@@ -338,12 +338,18 @@ impl ScriptCall {
     pub(crate) fn key_own(mut self, prefix: &str, name: &str) -> Self {
         debug_assert_eq!(self.keys, self.ends.len(), "keys go before arguments");
         let tagged = crate::wire::slot::has_hash_tag(name.as_bytes());
+        // The joints one branch each, of a fixed length: a slice of either length was
+        // a call to `memcpy` each.
         self.data.extend_from_slice(prefix.as_bytes());
-        self.data
-            .extend_from_slice(if tagged { b":" } else { b":{" });
+        match tagged {
+            true => self.data.push(b':'),
+            false => self.data.extend_from_slice(b":{"),
+        }
         self.data.extend_from_slice(name.as_bytes());
-        self.data
-            .extend_from_slice(if tagged { b":t" } else { b"}" });
+        match tagged {
+            true => self.data.extend_from_slice(b":t"),
+            false => self.data.push(b'}'),
+        }
         self.ends.push(self.data.len());
         self.keys += 1;
         self
