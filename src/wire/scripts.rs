@@ -255,6 +255,8 @@ pub(crate) fn source_of(file: &str) -> Option<&'static str> {
     Some(script.source)
 }
 
+type Reply = RedisResult<(Value, Synced)>;
+
 /// Keys and arguments for one script call. Owns its data so the call can outlive the
 /// caller's future (a request finished in the background after its caller left).
 ///
@@ -338,8 +340,7 @@ impl ScriptCall {
     pub(crate) fn key_own(mut self, prefix: &str, name: &str) -> Self {
         debug_assert_eq!(self.keys, self.ends.len(), "keys go before arguments");
         let tagged = crate::wire::slot::has_hash_tag(name.as_bytes());
-        // The joints one branch each, of a fixed length: a slice of either length was
-        // a call to `memcpy` each.
+        // Fixed-length joints: a slice of either length was a call to `memcpy` each.
         self.data.extend_from_slice(prefix.as_bytes());
         match tagged {
             true => self.data.push(b':'),
@@ -400,58 +401,40 @@ impl ScriptCall {
 
     /// Sends the call by SHA, falling back to the full source on `NOSCRIPT`; followed
     /// by the replica sync `WAIT` on the same connection when sync is on.
-    //
-    // An async block, not an `async fn`: that keeps its arguments twice in its future
-    // (as given and as locals), and every lock call's request future is allocated
-    // whole, where past 1,032 bytes `malloc` leaves its fast path. So is the command,
-    // scoped to its send, and the fallback, boxed.
-    pub(crate) fn run(
-        self,
-        conn: &Conn,
-    ) -> impl Future<Output = RedisResult<(Value, Synced)>> + '_ {
+    pub(crate) fn run(self, conn: &Conn) -> impl Future<Output = Reply> + '_ {
+        self.send(conn, true)
+    }
+
+    /// As [`run`](Self::run), never followed by `WAIT`: for writes whose caller would do
+    /// nothing with the replicas' answer (`WAIT` only delays the reply).
+    pub(crate) fn run_unsynced(self, conn: &Conn) -> impl Future<Output = Reply> + '_ {
+        self.send(conn, false)
+    }
+
+    // Not an `async fn`, which keeps its arguments twice (as given and as locals): a
+    // lock call's request future is boxed whole, and past 1,032 bytes `malloc` leaves
+    // its fast path. Hence too the scoped command and the boxed (rare) fallback.
+    #[allow(clippy::manual_async_fn)]
+    fn send(self, conn: &Conn, synced: bool) -> impl Future<Output = Reply> + '_ {
         async move {
             let sent = {
                 let cmd = self.command(true);
-                (conn.query_synced(&cmd, self.first_key(), self.script.wrote)).await
+                self.query(conn, &cmd, synced).await
             };
             match sent {
-                // Rare (once per script and server).
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    Box::pin(self.by_source(conn, true)).await
+                    let cmd = self.command(false);
+                    Box::pin(self.query(conn, &cmd, synced)).await
                 }
                 other => other,
             }
         }
     }
 
-    /// The call sent as `EVAL`, with `WAIT` after it if `synced` (see [`run`](Self::run)).
-    async fn by_source(self, conn: &Conn, synced: bool) -> RedisResult<(Value, Synced)> {
-        let cmd = self.command(false);
+    async fn query(&self, conn: &Conn, cmd: &Cmd, synced: bool) -> Reply {
         match synced {
-            true => (conn.query_synced(&cmd, self.first_key(), self.script.wrote)).await,
-            false => Ok((conn.query(&cmd).await?, Synced::NotAsked)),
-        }
-    }
-
-    /// Sends the call like [`run`](Self::run), but never followed by `WAIT`: for writes
-    /// whose caller would do nothing with the replicas' answer, as `WAIT` only delays
-    /// the reply and replication runs the same without it.
-    pub(crate) fn run_unsynced(
-        self,
-        conn: &Conn,
-    ) -> impl Future<Output = RedisResult<(Value, Synced)>> + '_ {
-        // Shaped as `run` is, for the same reason.
-        async move {
-            let sent = {
-                let cmd = self.command(true);
-                conn.query(&cmd).await
-            };
-            match sent {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    Box::pin(self.by_source(conn, false)).await
-                }
-                other => other.map(|reply| (reply, Synced::NotAsked)),
-            }
+            true => (conn.query_synced(cmd, self.first_key(), self.script.wrote)).await,
+            false => Ok((conn.query(cmd).await?, Synced::NotAsked)),
         }
     }
 }
