@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use crate::config::{ReplicaSync, SyncFailure};
@@ -83,7 +84,8 @@ impl Target {
                     unanswered,
                 } => {
                     if !unanswered.is_empty() {
-                        release::settle_unanswered(&inner, &hold, unanswered).await?;
+                        // Boxed: rare, and inline it was most of this future's size.
+                        Box::pin(release::settle_unanswered(&inner, &hold, unanswered)).await?;
                     }
                     break (fresh, in_flight);
                 }
@@ -171,7 +173,9 @@ impl Target {
                     }
                 }
             };
-            async move { (outcome.await, in_flight) }
+            // Paired by `map`, not in an async block: that would keep `outcome` twice
+            // (captured, and as what it awaits), past the allocator's small sizes.
+            outcome.map(move |outcome| (outcome, in_flight))
         };
         let orphan = {
             let (inner, hold) = (inner.clone(), hold.clone());

@@ -111,7 +111,8 @@ pub(crate) async fn release_hold(
     let records = inner.core.unanswered(&hold.name, &hold.field);
     if !records.is_empty() {
         let _settling = inner.core.begin(&hold.name, &hold.field);
-        settle_unanswered(inner, hold, records).await?;
+        // Boxed: rare, and inline it would be most of this future's size.
+        Box::pin(settle_unanswered(inner, hold, records)).await?;
     }
     // Read before the table's section: the hub's lock is not taken inside it.
     let listening = may_offer && inner.core.asks_at_end() && inner.pubsub.is_ready(&hold.channel);

@@ -13,8 +13,9 @@
 //! the watchdog holds; the hand-over reads the same entry's queue. An entry with nothing
 //! left in it is removed at once.
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,6 +172,9 @@ pub(crate) struct Core {
     in_flight: AtomicUsize,
     /// Told when the last request in flight settles.
     none: Notify,
+    /// Set once anyone waited in [`all_settled`](Self::all_settled) (a shutdown): until
+    /// then the last request to settle tells nobody, and skips `Notify`'s lock.
+    awaited: AtomicBool,
     /// The bounds on a run of hand-overs (`policy::run`); its window is also how long an
     /// idle queue's run still counts ([`Queue::idle`]).
     pub(super) limits: Limits,
@@ -188,6 +192,7 @@ impl Core {
             lease,
             in_flight: AtomicUsize::new(0),
             none: Notify::new(),
+            awaited: AtomicBool::new(false),
             limits,
             leaves: AtomicU64::new(0),
             next_seq: AtomicU64::new(0),
@@ -195,20 +200,19 @@ impl Core {
     }
 
     /// Runs `f` on the entry of `name` (made if missing), and removes the entry if
-    /// nothing is left in it.
+    /// nothing is left in it. One lookup, made, found or removed alike (a pair empties
+    /// and remakes its name's entry twice).
     fn with<R>(&self, name: &Arc<str>, f: impl FnOnce(&mut Entry) -> R) -> R {
         let mut guard = self.names.lock();
         let names = &mut *guard;
-        let entry = match names.map.get_mut(name) {
-            Some(e) => e,
-            None => {
-                let fresh = names.spare.pop().unwrap_or_default();
-                names.map.entry(name.clone()).or_insert(fresh)
-            }
+        let mut slot = match names.map.entry(name.clone()) {
+            MapEntry::Occupied(o) => o,
+            MapEntry::Vacant(v) => v.insert_entry(names.spare.pop().unwrap_or_default()),
         };
-        let r = f(entry);
-        if entry.empty(Instant::now, self.limits.window) {
-            names.remove_empty(name);
+        let r = f(slot.get_mut());
+        if slot.get().empty(Instant::now, self.limits.window) {
+            let emptied = slot.remove();
+            names.spare_from(emptied);
         }
         r
     }
@@ -222,13 +226,13 @@ impl Core {
         f: impl FnOnce(&mut Holder, &mut Queue) -> R,
     ) -> R {
         self.with(name, |e| {
-            let holder = match e.holders.get_mut(field) {
-                Some(h) => h,
-                None => e.holders.entry(field.clone()).or_default(),
+            let mut holder = match e.holders.entry(field.clone()) {
+                MapEntry::Occupied(o) => o,
+                MapEntry::Vacant(v) => v.insert_entry(Holder::default()),
             };
-            let r = f(holder, &mut e.queue);
-            if holder.unused() {
-                e.holders.remove(field);
+            let r = f(holder.get_mut(), &mut e.queue);
+            if holder.get().unused() {
+                holder.remove();
             }
             r
         })

@@ -72,7 +72,11 @@ pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     // Room for the braces and a request id's suffix, so that adding it reallocates not.
     let mut key = String::with_capacity(prefix.len() + name.len() + 3 + 52);
     key.push_str(prefix);
-    key.push_str(if tagged { ":" } else { ":{" });
+    // A fixed length a branch (see `ScriptCall::key_own`).
+    match tagged {
+        true => key.push(':'),
+        false => key.push_str(":{"),
+    }
     key.push_str(name);
     if !tagged {
         key.push('}');

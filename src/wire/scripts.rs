@@ -4,6 +4,8 @@
 //! `SCRIPT FLUSH`, failover to a replica that never saw it) answers `NOSCRIPT`, and the
 //! call is sent once more as `EVAL`, which also caches the script for the next time.
 
+use std::future::Future;
+
 use once_cell::sync::Lazy;
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, ToRedisArgs, Value};
 
@@ -253,6 +255,8 @@ pub(crate) fn source_of(file: &str) -> Option<&'static str> {
     Some(script.source)
 }
 
+type Reply = RedisResult<(Value, Synced)>;
+
 /// Keys and arguments for one script call. Owns its data so the call can outlive the
 /// caller's future (a request finished in the background after its caller left).
 ///
@@ -336,12 +340,17 @@ impl ScriptCall {
     pub(crate) fn key_own(mut self, prefix: &str, name: &str) -> Self {
         debug_assert_eq!(self.keys, self.ends.len(), "keys go before arguments");
         let tagged = crate::wire::slot::has_hash_tag(name.as_bytes());
+        // Fixed-length joints: a slice of either length was a call to `memcpy` each.
         self.data.extend_from_slice(prefix.as_bytes());
-        self.data
-            .extend_from_slice(if tagged { b":" } else { b":{" });
+        match tagged {
+            true => self.data.push(b':'),
+            false => self.data.extend_from_slice(b":{"),
+        }
         self.data.extend_from_slice(name.as_bytes());
-        self.data
-            .extend_from_slice(if tagged { b":t" } else { b"}" });
+        match tagged {
+            true => self.data.extend_from_slice(b":t"),
+            false => self.data.push(b'}'),
+        }
         self.ends.push(self.data.len());
         self.keys += 1;
         self
@@ -392,31 +401,41 @@ impl ScriptCall {
 
     /// Sends the call by SHA, falling back to the full source on `NOSCRIPT`; followed
     /// by the replica sync `WAIT` on the same connection when sync is on.
-    pub(crate) async fn run(self, conn: &Conn) -> RedisResult<(Value, Synced)> {
-        let key = self.first_key();
-        match conn
-            .query_synced(&self.command(true), key, self.script.wrote)
-            .await
-        {
-            // Rare (once per script and server): boxed, to keep every call's future small.
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                Box::pin(conn.query_synced(&self.command(false), key, self.script.wrote)).await
+    pub(crate) fn run(self, conn: &Conn) -> impl Future<Output = Reply> + '_ {
+        self.send(conn, true)
+    }
+
+    /// As [`run`](Self::run), never followed by `WAIT`: for writes whose caller would do
+    /// nothing with the replicas' answer (`WAIT` only delays the reply).
+    pub(crate) fn run_unsynced(self, conn: &Conn) -> impl Future<Output = Reply> + '_ {
+        self.send(conn, false)
+    }
+
+    // Not an `async fn`, which keeps its arguments twice (as given and as locals): a
+    // lock call's request future is boxed whole, and past 1,032 bytes `malloc` leaves
+    // its fast path. Hence too the scoped command and the boxed (rare) fallback.
+    #[allow(clippy::manual_async_fn)]
+    fn send(self, conn: &Conn, synced: bool) -> impl Future<Output = Reply> + '_ {
+        async move {
+            let sent = {
+                let cmd = self.command(true);
+                self.query(conn, &cmd, synced).await
+            };
+            match sent {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    let cmd = self.command(false);
+                    Box::pin(self.query(conn, &cmd, synced)).await
+                }
+                other => other,
             }
-            other => other,
         }
     }
 
-    /// Sends the call like [`run`](Self::run), but never followed by `WAIT`: for writes
-    /// whose caller would do nothing with the replicas' answer, as `WAIT` only delays
-    /// the reply and replication runs the same without it.
-    pub(crate) async fn run_unsynced(self, conn: &Conn) -> RedisResult<(Value, Synced)> {
-        let reply = match conn.query(&self.command(true)).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                Box::pin(conn.query(&self.command(false))).await
-            }
-            other => other,
-        }?;
-        Ok((reply, Synced::NotAsked))
+    async fn query(&self, conn: &Conn, cmd: &Cmd, synced: bool) -> Reply {
+        match synced {
+            true => (conn.query_synced(cmd, self.first_key(), self.script.wrote)).await,
+            false => Ok((conn.query(cmd).await?, Synced::NotAsked)),
+        }
     }
 }
 

@@ -36,7 +36,10 @@ impl Core {
                 }
             }
         });
-        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+        // Both orders are `SeqCst`: if this misses a waiter's `awaited`, that waiter's
+        // next look at `in_flight` comes after this decrement and finds it settled.
+        if self.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 && self.awaited.load(Ordering::SeqCst)
+        {
             self.none.notify_waiters();
         }
     }
@@ -74,6 +77,7 @@ impl Core {
 
     /// Waits until no request of any field is in flight.
     pub(crate) async fn all_settled(&self) {
+        self.awaited.store(true, Ordering::SeqCst);
         loop {
             let none = self.none.notified();
             tokio::pin!(none);

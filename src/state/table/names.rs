@@ -22,14 +22,12 @@ pub(super) struct Names {
 }
 
 impl Names {
-    /// Removes the entry of `name`, found empty, and keeps it as a spare.
-    pub(super) fn remove_empty(&mut self, name: &Arc<str>) {
-        if let Some(e) = self.map.remove(name) {
-            // An entry whose map grew large (thousands of readers, say) gives its
-            // memory back instead.
-            if self.spare.len() < SPARE_ENTRIES && e.holders.capacity() <= SPARE_CAPACITY {
-                self.spare.push(e.recycle());
-            }
+    /// Keeps `e`, an entry found empty and removed, as a spare.
+    pub(super) fn spare_from(&mut self, e: Entry) {
+        // An entry whose map grew large (thousands of readers, say) gives its memory
+        // back instead.
+        if self.spare.len() < SPARE_ENTRIES && e.holders.capacity() <= SPARE_CAPACITY {
+            self.spare.push(e.recycle());
         }
     }
 }

@@ -102,13 +102,19 @@ impl NamedManager {
             // Set again unless the name went out: the next command names the connection
             // if this one failed, or was dropped before it was answered.
             let pending = Pending(Some(&self.unnamed));
-            let reply = named_query(&mut manager, &self.name, cmd).await;
+            // Boxed: rare (after a reconnect), and inline it would double this future.
+            let reply = Box::pin(named_query(&mut manager, &self.name, cmd)).await;
             if reply.is_ok() {
                 pending.disarm();
             }
             reply
         } else {
-            manager.send_packed_command(cmd).await
+            // Boxed, once, at the bottom: redis-rs's future is over a kilobyte, and
+            // inline it made every future above it as large, each moved a few times
+            // on every lock call (a tenth of the client's instructions per pair).
+            // Boxed by redis-rs itself, which builds it in its box: boxed here, it was
+            // built aside and copied in.
+            manager.req_packed_command(cmd).await
         };
         if reply.as_ref().is_err_and(broken) {
             self.unnamed.store(true, Ordering::Release);
