@@ -125,8 +125,9 @@ impl<'a> Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        // The subscription goes first: a wake-up it has not used passes to another
-        // waiter of the name (`Subscription::wake_passed_over`).
+        // A wake-up the subscription has not used passes to another waiter of the name
+        // (`Subscription::wake_passed_over`). The three parts are independent: the order
+        // is the one the fields dropped in before this `Drop`.
         drop(self.sub.take());
         // A grant that arrived after the waiter stopped looking is still a hold in Redis.
         if let Some(Left::Granted(g)) = self.queued.as_ref().map(Waiter::leave) {
