@@ -200,6 +200,13 @@ impl Core {
         let mut guard = self.names.lock();
         let names = &mut *guard;
         let entry = match names.map.get_mut(name) {
+            // Nothing was left in it when last touched but a run still counting, which
+            // has run out since: as good as new, as if removed then. Its run must not
+            // end the next contention's first hand-over.
+            Some(e) if e.empty(Instant::now, self.limits.window) => {
+                e.queue = Queue::default();
+                e
+            }
             Some(e) => e,
             None => {
                 let fresh = names.spare.pop().unwrap_or_default();
