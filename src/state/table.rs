@@ -154,6 +154,9 @@ pub(crate) struct Entry {
     /// Acquisitions of this client waiting for the name that may stand in its line in
     /// Redis (`redisson_lock_clients:{<name>}`).
     in_line: u32,
+    /// A busy answer to a waiting call put the client in that line, and neither a grant
+    /// with `l` nor a leave took it out since, as far as the client knows.
+    placed: bool,
 }
 
 impl Entry {
@@ -272,6 +275,19 @@ impl Core {
             e.in_line = e.in_line.saturating_sub(1);
             e.in_line == 0
         })
+    }
+
+    /// Whether the client may stand in the line of `name` in Redis (`placed`): a first
+    /// attempt granted then takes it out (`l`) when no other waiter is counted, since
+    /// the waiter that put it there may have left without taking it out (it left that
+    /// to a waiter counted after it, this one).
+    pub(crate) fn placed(&self, name: &str) -> bool {
+        self.names.lock().get(name).is_some_and(|e| e.placed)
+    }
+
+    /// The client was put in the line of `name` (`true`), or taken out (`false`).
+    pub(crate) fn set_placed(&self, name: &Arc<str>, placed: bool) {
+        self.with(name, |e| e.placed = placed);
     }
 
     /// Whether the client holds `(name, field)` (watchdog or fixed lease).
