@@ -1,8 +1,9 @@
 //! A new user's programs (round 4) at the ends of a wait, as a user meets them: the README's
 //! quick start run for real, a `try_lock_for` that runs out, a `lock()` dropped by a
 //! timeout while the lock is being handed to it, `Client::shutdown` while tasks wait, and
-//! fair and write waiters that give up. Each against a real redis-server; after each,
-//! Redis keeps nothing of the caller that has no TTL. Run:
+//! fair and write waiters that give up, and a run of hand-overs after a quiet spell (a
+//! task that asks again after its cut `lock()`: `tests/newuser4_again.rs`). Each against
+//! a real redis-server; after each, Redis keeps nothing of the caller. Run:
 //! `cargo test --test newuser4 -- --nocapture`
 
 mod common;
@@ -10,57 +11,12 @@ mod common;
 use std::time::Duration;
 
 use common::proxy::Proxy;
-use common::{eventually, RedisServer};
-use redis_rlock::{protocol, Client, Error, LockGuard, OwnerId};
+use common::{eventually, newcomer, RedisServer};
+use redis_rlock::{protocol, Client, Error, OwnerId};
 use tokio::time::Instant;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-/// Every key on the server with its PTTL and every member it holds (hash fields, list,
-/// set and sorted set members, a string's value), one string per key.
-fn dump(s: &RedisServer) -> Vec<(String, i64, String)> {
-    const DUMP: &str = "local out = {} \
-        for _, k in ipairs(redis.call('keys', '*')) do \
-          local t = redis.call('type', k).ok local m = {} \
-          if t == 'hash' then m = redis.call('hkeys', k) \
-          elseif t == 'list' then m = redis.call('lrange', k, 0, -1) \
-          elseif t == 'zset' then m = redis.call('zrange', k, 0, -1) \
-          elseif t == 'set' then m = redis.call('smembers', k) \
-          elseif t == 'string' then m = {redis.call('get', k)} end \
-          table.insert(out, {k, redis.call('pttl', k), table.concat(m, ' ')}) \
-        end return out";
-    s.cmd(&["EVAL", DUMP, "0"])
-}
-
-/// The keys that name `client` (its id in the key or among its members), and the keys
-/// without a TTL; both empty once the client left nothing behind.
-fn left_behind(s: &RedisServer, client: &str) -> (Vec<String>, Vec<String>) {
-    let all = dump(s);
-    let named = all
-        .iter()
-        .filter(|(k, _, m)| k.contains(client) || m.contains(client))
-        .map(|(k, p, m)| format!("{k} (PTTL {p}): {m}"))
-        .collect();
-    // A fenced lock's token counter is kept forever, as Redisson keeps it.
-    let forever = all
-        .iter()
-        .filter(|(k, p, _)| *p == -1 && !k.starts_with("redisson_lock_token:"))
-        .map(|(k, _, m)| format!("{k}: {m}"))
-        .collect();
-    (named, forever)
-}
-
-/// Waits up to `limit` until nothing on the server names `client` and every key has a
-/// TTL; fails with what is left otherwise.
-async fn nothing_left(s: &RedisServer, client: &str, limit: Duration, what: &str) {
-    let clean = eventually(limit, || left_behind(s, client) == (vec![], vec![])).await;
-    let (named, forever) = left_behind(s, client);
-    assert!(
-        clean,
-        "{what}: after {limit:?}, keys naming the client: {named:?}; keys without a TTL: {forever:?}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,10 +74,10 @@ async fn the_readme_quick_start_does_what_its_comments_say() {
     assert_eq!((a.unwrap(), b.unwrap()), (2, 2));
 
     let fenced = client.fenced_lock("accounts:7");
-    common::newcomer::tokens_grow(&fenced).await;
+    newcomer::tokens_grow(&fenced).await;
 
     client.shutdown().await.unwrap();
-    nothing_left(
+    newcomer::nothing_left(
         &s,
         client.id(),
         Duration::from_secs(2),
@@ -133,12 +89,12 @@ async fn the_readme_quick_start_does_what_its_comments_say() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_lock_for_that_runs_out_returns_none_in_time_and_leaves_nothing() {
     let s = RedisServer::start();
-    let (holder, other) = common::newcomer::connect_two(&s).await;
+    let (holder, other) = newcomer::connect_two(&s).await;
     let user = Client::connect(s.url()).await.unwrap();
     let name = "nu4:busy";
     let held = holder.lock(name).lock().await.unwrap();
     // Another client waits too: the user's call meets a line as well as a holder.
-    let waiter = common::newcomer::timed_waiter(other.lock(name));
+    let waiter = newcomer::timed_waiter(other.lock(name));
     tokio::time::sleep(ms(200)).await;
 
     for round in 0..3 {
@@ -154,7 +110,7 @@ async fn a_try_lock_for_that_runs_out_returns_none_in_time_and_leaves_nothing() 
             took >= wait && took < wait + ms(200),
             "round {round}: returned after {took:?} for a {wait:?} wait"
         );
-        nothing_left(&s, user.id(), ms(500), "a try_lock_for that ran out").await;
+        newcomer::nothing_left(&s, user.id(), ms(500), "a try_lock_for that ran out").await;
         assert_eq!(
             s.cmd::<Vec<String>>(&["HKEYS", name]),
             vec![held.holder_field().to_string()],
@@ -168,12 +124,9 @@ async fn a_try_lock_for_that_runs_out_returns_none_in_time_and_leaves_nothing() 
         .expect("the other client's waiter is served once the holder leaves")
         .unwrap();
     println!("the other client's waiter waited {waited:?}");
-    assert!(
-        common::newcomer::gone_soon(&s, name).await,
-        "the lock ends free"
-    );
-    common::newcomer::shut_down(&[&holder, &other, &user]).await;
-    nothing_left(&s, user.id(), Duration::from_secs(2), "at the end").await;
+    assert!(newcomer::gone_soon(&s, name).await, "the lock ends free");
+    newcomer::shut_down(&[&holder, &other, &user]).await;
+    newcomer::nothing_left(&s, user.id(), Duration::from_secs(2), "at the end").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,14 +188,14 @@ async fn a_lock_dropped_by_a_timeout_while_handed_the_lock_leaves_it_free() {
         g.unlock().await.unwrap();
     }
     proxy.set_latency(Duration::ZERO);
-    common::newcomer::shut_down(&[&near, &next]).await;
-    nothing_left(&s, near.id(), Duration::from_secs(2), "at the end").await;
+    newcomer::shut_down(&[&near, &next]).await;
+    newcomer::nothing_left(&s, near.id(), Duration::from_secs(2), "at the end").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_while_tasks_wait_turns_them_away_with_closed_and_leaves_nothing() {
     let s = RedisServer::start();
-    let (holder, user) = common::newcomer::connect_two(&s).await;
+    let (holder, user) = newcomer::connect_two(&s).await;
     let (plain, fair, rw) = ("nu4:sd", "nu4:sd-fair", "nu4:sd-rw");
     let _p = holder.lock(plain).lock().await.unwrap();
     let _f = holder.fair_lock(fair).lock().await.unwrap();
@@ -302,16 +255,16 @@ async fn shutdown_while_tasks_wait_turns_them_away_with_closed_and_leaves_nothin
     println!("shutdown and every waiter's end took {:?}", t.elapsed());
     assert!(own.is_lost(), "a guard alive at shutdown is released");
     drop(own);
-    nothing_left(&s, user.id(), Duration::from_secs(2), "after shutdown").await;
+    newcomer::nothing_left(&s, user.id(), Duration::from_secs(2), "after shutdown").await;
     // The holder's locks are untouched, and its own next calls are not held up.
     assert_eq!(s.cmd::<i64>(&["EXISTS", plain, fair, rw]), 3);
-    common::newcomer::shut_down(&[&holder]).await;
+    newcomer::shut_down(&[&holder]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_fair_and_write_waiters_do_not_hold_up_the_next_one() {
     let s = RedisServer::start();
-    let (holder, a) = common::newcomer::connect_two(&s).await;
+    let (holder, a) = newcomer::connect_two(&s).await;
     let b = Client::connect(s.url()).await.unwrap();
 
     // Fair: the first in the queue gives up; the one behind it is next at the release.
@@ -390,9 +343,9 @@ async fn cancelled_fair_and_write_waiters_do_not_hold_up_the_next_one() {
         "rw: the next writer is served promptly, not after {after:?}"
     );
 
-    common::newcomer::shut_down(&[&holder, &a, &b]).await;
+    newcomer::shut_down(&[&holder, &a, &b]).await;
     for c in [&a, &b] {
-        nothing_left(&s, c.id(), Duration::from_secs(2), "at the end").await;
+        newcomer::nothing_left(&s, c.id(), Duration::from_secs(2), "at the end").await;
     }
 }
 
@@ -442,123 +395,5 @@ async fn a_run_of_hand_overs_does_not_outlive_the_release_that_published_it() {
         tokio::time::sleep(ms(200)).await;
     }
     client.shutdown().await.unwrap();
-    nothing_left(&s, client.id(), Duration::from_secs(2), "at the end").await;
-}
-
-/// The usual retry loop of one task, on `near` (behind `proxy`): its first `lock()` is
-/// cut while its client's unlock hands it the lock (as above), and the same task (the
-/// same holder field) asks again at once, while the unlocking side gives that grant back.
-/// The task's guard and the hold count it then sees.
-async fn cut_then_ask_again(near: &Client, proxy: &Proxy, name: &str) -> (LockGuard, u32) {
-    proxy.set_latency(Duration::ZERO);
-    let held = near.lock(name).lock().await.unwrap();
-    let unlock_at = Instant::now() + ms(800);
-    let lock = near.lock(name);
-    let task = tokio::spawn(async move {
-        let cut = tokio::time::timeout_at(unlock_at + ms(60), lock.lock()).await;
-        assert!(
-            cut.is_err(),
-            "the first call is cut before its hand-over arrives"
-        );
-        let g = tokio::time::timeout(Duration::from_secs(5), lock.lock())
-            .await
-            .expect("the second call gets the lock")
-            .unwrap();
-        let count = lock.hold_count().await.unwrap();
-        (g, count)
-    });
-    tokio::time::sleep_until(unlock_at - ms(100)).await;
-    proxy.set_latency(ms(150));
-    tokio::time::sleep_until(unlock_at).await;
-    held.unlock().await.unwrap();
-    let out = task.await.unwrap();
-    proxy.set_latency(Duration::ZERO);
-    out
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_that_asks_again_after_its_cut_lock_gets_one_sound_hold() {
-    let s = RedisServer::start();
-    let proxy = Proxy::start(s.port).await;
-    let near = Client::connect(proxy.url()).await.unwrap();
-    let other = Client::connect(s.url()).await.unwrap();
-    let name = "nu4:again";
-
-    for round in 0..3 {
-        let (g, count) = cut_then_ask_again(&near, &proxy, name).await;
-        let field = g.holder_field().to_string();
-        let hash: Vec<(String, i64)> = s.cmd(&["HGETALL", name]);
-        assert_eq!(
-            (count, hash),
-            (1, vec![(field.clone(), 1)]),
-            "round {round}: one hold, the task's, counted once (the grant it was cut from \
-             given back)"
-        );
-        assert!(!g.is_lost(), "round {round}: the hold is sound");
-        assert!(
-            other.lock(name).try_lock().await.unwrap().is_none(),
-            "round {round}: nobody else gets in while the task holds"
-        );
-        // Still its own a little later: a late give-back of the cut grant would take it.
-        tokio::time::sleep(ms(500)).await;
-        assert_eq!(
-            s.cmd::<Vec<(String, i64)>>(&["HGETALL", name]),
-            vec![(field, 1)],
-            "round {round}: the hold outlives the give-back of the grant its task was cut from"
-        );
-        assert!(!g.is_lost(), "round {round}: and is not lost");
-        g.unlock().await.unwrap();
-        assert!(
-            common::newcomer::gone_soon(&s, name).await,
-            "round {round}: released"
-        );
-    }
-    common::newcomer::shut_down(&[&near, &other]).await;
-    let (_, forever) = left_behind(&s, near.id());
-    assert_eq!(forever, Vec::<String>::new(), "no key without a TTL");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_that_asks_again_after_its_cut_lock_leaves_no_place_in_line() {
-    let s = RedisServer::start();
-    let proxy = Proxy::start(s.port).await;
-    let near = Client::connect(proxy.url()).await.unwrap();
-    let (other, third) = common::newcomer::connect_two(&s).await;
-    let name = "nu4:again-line";
-    let line = || -> Vec<String> { s.cmd(&["LRANGE", &protocol::clients_key(name), "0", "-1"]) };
-
-    let (g, _) = cut_then_ask_again(&near, &proxy, name).await;
-    // Granted by Redis with nobody else of its client waiting: the client has no
-    // business in the line, and its place there would take a turn.
-    let out = eventually(ms(500), || !line().contains(&near.id().to_string())).await;
-    let in_line = line();
-    g.unlock().await.unwrap();
-    // What it costs: another client holds, a third waits; the release gives the turn to
-    // the first in line, and the third's waiter waits that turn out.
-    let held = other.lock(name).lock().await.unwrap();
-    let l = third.lock(name);
-    let waiter = tokio::spawn(async move {
-        let g = l.lock().await.unwrap();
-        let at = Instant::now();
-        g.unlock().await.unwrap();
-        at
-    });
-    tokio::time::sleep(ms(300)).await;
-    let before = line();
-    let released = Instant::now();
-    held.unlock().await.unwrap();
-    let served = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the third client's waiter is served")
-        .unwrap();
-    let after = served.saturating_duration_since(released);
-    println!("line {before:?}; the third client's waiter was served {after:?} after the release");
-    assert!(
-        out,
-        "the client of a task granted by Redis, with no other waiter, is still in the \
-         line: {in_line:?}; later, with the line {before:?}, another client's waiter was \
-         served {after:?} after a release"
-    );
-    common::newcomer::shut_down(&[&near, &other, &third]).await;
-    nothing_left(&s, near.id(), Duration::from_secs(2), "at the end").await;
+    newcomer::nothing_left(&s, client.id(), Duration::from_secs(2), "at the end").await;
 }
