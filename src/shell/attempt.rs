@@ -147,6 +147,20 @@ impl Target {
                             tokio::time::sleep(Duration::from_millis(50 * unsynced as u64)).await;
                         }
                         other => {
+                            match &other {
+                                // A waiting caller's busy answer put the client in line.
+                                Ok(Attempt::Busy(_) | Attempt::TurnBusy(_))
+                                    if waits
+                                        && hold.kind == crate::identity::Kind::Plain
+                                        && !inner.config.turn_window.is_zero() =>
+                                {
+                                    inner.core.set_placed(&hold.name, true)
+                                }
+                                Ok(Attempt::Acquired { .. }) if call.line == raw::Line::Leave => {
+                                    inner.core.set_placed(&hold.name, false)
+                                }
+                                _ => {}
+                            }
                             if let Ok(Attempt::Acquired { latched: true, .. }) = &other {
                                 // The latch only matters to retries of this call, which are over.
                                 inner.janitor.discard(latch);
@@ -192,6 +206,7 @@ impl Target {
                             && !inner.config.turn_window.is_zero()
                             && inner.core.in_line(&hold.name) == 0
                         {
+                            inner.core.set_placed(&hold.name, false);
                             let _ = raw::leave_line(&inner.conn, &hold.name, &inner.id).await;
                         }
                         // A fair lock's busy answer to a waiting caller queued the
@@ -309,7 +324,14 @@ impl Target {
 /// [`grant_effect`](crate::policy::line::grant_effect)).
 fn line_flag(inner: &ClientInner, name: &str, in_line: Counted) -> raw::Line {
     let turns = !inner.config.turn_window.is_zero();
-    crate::policy::line::grant_effect(turns, inner.core.in_line(name), in_line)
+    let (counted, placed) = inner.core.line_of(name);
+    // A first attempt that finds its client in line counts as a waiter that put it
+    // there (see `Core::line_of`).
+    let in_line = match in_line {
+        Counted::First if turns && placed => Counted::Waiting,
+        in_line => in_line,
+    };
+    crate::policy::line::grant_effect(turns, counted, in_line)
 }
 
 /// Gives back one hold taken by an acquire whose caller will not use it.

@@ -14,7 +14,7 @@
 //! window, and 16 windows whoever waits); the release that ends it is published as
 //! usual, so that waiters of other clients (Redisson's among them) get their turn in the
 //! race. While tasks sleep here, a task that
-//! starts waiting joins them without asking Redis (see [`Handover::behind`]).
+//! starts waiting joins them without asking Redis (see [`Core::behind`]).
 //!
 //! A ticket is settled exactly once, under its own mutex, by whichever side comes second:
 //! the unlock delivering a grant, or the waiter leaving (cancelled or out of time). A grant
@@ -33,7 +33,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::policy::run::{Next, Settled};
-use crate::state::queue::{since_origin, Grant, Offer, Queue, State, Terms, Ticket, Woke};
+use crate::state::queue::{since_origin, Grant, Offer, Queue, Run, State, Terms, Ticket, Woke};
 use crate::state::table::Core;
 
 /// Default for [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit):
@@ -69,6 +69,18 @@ impl Core {
         busy: &dyn Fn(&str) -> bool,
     ) -> Option<Offer> {
         if queue.sleeping.is_empty() {
+            // Published with nobody here to hand to. A run still counting is kept (the
+            // client's waiters may be between attempts); one whose window is over ends
+            // here, as it would with its entry (`Queue::idle`) had other holds of the
+            // name not kept that: else the next contention, long after, would find it
+            // and end at its first offer (published, and held back, not handed over).
+            if queue.run.streak() > 0
+                && queue
+                    .run
+                    .idle(since_origin(Instant::now()), self.limits.window)
+            {
+                queue.run = Run::default();
+            }
             return None;
         }
         let now = since_origin(Instant::now());

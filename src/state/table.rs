@@ -155,6 +155,9 @@ pub(crate) struct Entry {
     /// Acquisitions of this client waiting for the name that may stand in its line in
     /// Redis (`redisson_lock_clients:{<name>}`).
     in_line: u32,
+    /// A busy answer to a waiting call put the client in that line, and neither a grant
+    /// with `l` nor a leave took it out since, as far as the client knows.
+    placed: bool,
 }
 
 impl Entry {
@@ -206,7 +209,15 @@ impl Core {
         let mut guard = self.names.lock();
         let names = &mut *guard;
         let mut slot = match names.map.entry(name.clone()) {
-            MapEntry::Occupied(o) => o,
+            // Nothing was left in it when last touched but a run still counting, which
+            // has run out since: as good as new, as if removed then. Its run must not
+            // end the next contention's first hand-over.
+            MapEntry::Occupied(mut o) => {
+                if o.get().empty(Instant::now, self.limits.window) {
+                    o.get_mut().queue = Queue::default();
+                }
+                o
+            }
             MapEntry::Vacant(v) => v.insert_entry(names.spare.pop().unwrap_or_default()),
         };
         let r = f(slot.get_mut());
@@ -269,6 +280,23 @@ impl Core {
             e.in_line = e.in_line.saturating_sub(1);
             e.in_line == 0
         })
+    }
+
+    /// How many waiters of this client are counted in the line of `name` ([`in_line`](Self::in_line)),
+    /// and whether the client may stand in it in Redis (`placed`): a first attempt
+    /// granted then takes it out (`l`) when no other waiter is counted, since the
+    /// waiter that put it there may have left without taking it out (it left that to a
+    /// waiter counted after it, this one). One look, for an attempt's line flag.
+    pub(crate) fn line_of(&self, name: &str) -> (u32, bool) {
+        self.names
+            .lock()
+            .get(name)
+            .map_or((0, false), |e| (e.in_line, e.placed))
+    }
+
+    /// The client was put in the line of `name` (`true`), or taken out (`false`).
+    pub(crate) fn set_placed(&self, name: &Arc<str>, placed: bool) {
+        self.with(name, |e| e.placed = placed);
     }
 
     /// Whether the client holds `(name, field)` (watchdog or fixed lease).

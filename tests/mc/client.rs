@@ -26,6 +26,9 @@
 //!   the run's end publishes. The hold-back after a run (`held_back`, the gap) is not
 //!   modelled.
 //! - The line flag of every acquire is the client's own `policy::line::grant_effect`.
+//!   No task gives up, so none leaves its client in line for a waiter counted after it,
+//!   and `Core::line_of` (such a waiter's first grant takes the client out) is not
+//!   modelled.
 //! - Leaving the line (`LREM`) after a hand-over is sent in the same step; the janitor's
 //!   latch deletes are not sent (latches carry a TTL).
 

@@ -125,6 +125,7 @@ impl InLine<'_> {
                 if inner.core.in_line(&name) > 0 {
                     return;
                 }
+                inner.core.set_placed(&name, false);
                 if let Err(e) = raw::leave_line(&inner.conn, &name, &inner.id).await {
                     tracing::debug!(lock = %name, error = %e, "could not leave the line; a turn may wait for nobody once");
                 }

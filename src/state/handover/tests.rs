@@ -325,3 +325,29 @@ async fn an_offer_passes_over_a_field_in_flight_and_holds_its_own_field() {
     assert!(!table.in_flight(&name, "f1"));
     assert!(!table.in_flight(&name, "f0"));
 }
+
+/// A run whose window ran out with nobody asleep does not end the next contention's
+/// first offer, whether the name's entry was left alone since (`Core::with` finds it
+/// empty) or kept by a request of another field (`pick` with nobody asleep).
+#[tokio::test]
+async fn a_run_left_with_nobody_asleep_does_not_end_the_next_first_offer() {
+    for pinned in [false, true] {
+        let h = hub_with(256, Duration::from_millis(5));
+        let name: Arc<str> = "n".into();
+        let ws = waiters(&h, &name, 2);
+        ws[0].park(None);
+        to(h.offer("n"));
+        // Kept while still counting; a request in flight keeps the entry after that.
+        let _pin = pinned.then(|| h.begin(&name, &"x".into()));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if pinned {
+            // A release meanwhile, published with nobody asleep.
+            assert!(matches!(h.offer("n"), Offer::Publish), "nobody asleep");
+        }
+        ws[1].park(None);
+        assert!(
+            matches!(h.offer("n"), Offer::To(t, Terms::Outright) if &*t.field == "f1"),
+            "pinned {pinned}: a fresh run's first offer"
+        );
+    }
+}

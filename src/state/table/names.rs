@@ -40,6 +40,7 @@ impl Entry {
             holders: self.holders,
             queue: Queue::default(),
             in_line: 0,
+            placed: false,
         }
     }
 }
