@@ -12,7 +12,6 @@ use common::turns::{client, line};
 use common::RedisServer;
 use futures_util::StreamExt;
 use redis_rlock::protocol::{channel_name, clients_key, rw_channel_name, FORCE_UNLOCK_EVENT};
-use redis_rlock::Client;
 
 /// A task that waits for `lock`, holds it `hold`, and returns when it got it.
 fn take(lock: redis_rlock::Lock, hold: Duration) -> tokio::task::JoinHandle<Instant> {
@@ -379,7 +378,7 @@ async fn a_sharded_turn_message_is_heard_and_its_lapse_wakes_the_waiter() {
         .unwrap();
     let window = Duration::from_millis(300);
     let client = || async {
-        Client::cluster(&topo.urls())
+        redis_rlock::Client::cluster(&topo.urls())
             .turn_window(window)
             .build()
             .await
