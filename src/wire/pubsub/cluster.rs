@@ -24,7 +24,9 @@
 //!
 //! Its node connections are named (`docs/protocol.md` 1.6) when it connects. After a node
 //! connection drops, redis-rs opens the new one with no name: the nodes where channels are
-//! subscribed again are named once more, after their waiters are woken. Only those: a
+//! subscribed again are named once more, after their waiters are woken, and again
+//! [`RENAME_AGAIN`] later (the connection that took the subscription may be replaced just
+//! then). Only those: a
 //! `CLIENT SETNAME` to every node also goes to the one that is down, and so tried, it held
 //! resubscription after a master kill up past 5 s in 2 runs of 7 (a failed request can
 //! make redis-rs rebuild its slot map, and every request on the connection waits for it).
@@ -44,6 +46,12 @@ use super::actor::{sleep_draining, until, with_queued};
 use super::{Command, HubShared, Mode};
 use crate::wire::connection::{connect_cluster, setname};
 use crate::wire::slot::key_slot;
+
+/// How long after naming the nodes of a reconnect they are named once more: redis-rs may
+/// still replace the node connection that took the subscription just then, and the one
+/// it keeps came up with no name (`client_name::cluster_node_connections_are_named`
+/// failed about 1 run in 10 with one naming). `CLIENT SETNAME` again is harmless.
+const RENAME_AGAIN: Duration = Duration::from_millis(250);
 
 pub(super) async fn actor(
     weak: Weak<HubShared>,
@@ -78,6 +86,7 @@ pub(super) async fn actor(
         response_timeout,
         name,
         unnamed: false,
+        rename: HashSet::new(),
     };
     if let Some(shared) = weak.upgrade() {
         shared.connected.store(true, Ordering::SeqCst);
@@ -85,6 +94,7 @@ pub(super) async fn actor(
         hub.apply(&shared, std::mem::take(&mut pending)).await;
     }
     let mut retry_timer = Box::pin(tokio::time::sleep(Duration::from_secs(3600)));
+    let mut rename_timer = Box::pin(tokio::time::sleep(Duration::from_secs(3600)));
     loop {
         let next = weak.upgrade().and_then(|s| s.next_timer());
         tokio::select! {
@@ -105,10 +115,19 @@ pub(super) async fn actor(
                 hub.on_push(&shared, push);
             }
             _ = &mut retry_timer, if !hub.retry.is_empty() => {}
+            _ = &mut rename_timer, if !hub.rename.is_empty() => {
+                let slots = std::mem::take(&mut hub.rename);
+                hub.name_nodes(slots).await;
+            }
         }
         if !hub.retry.is_empty() {
             let Some(shared) = weak.upgrade() else { return };
             hub.resubscribe(&shared).await;
+            if !hub.rename.is_empty() {
+                rename_timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + RENAME_AGAIN);
+            }
             if !hub.retry.is_empty() {
                 retry_timer
                     .as_mut()
@@ -131,6 +150,9 @@ struct ClusterHub {
     /// A node connection dropped: the nodes of the channels subscribed again are to be
     /// named (see the module docs).
     unnamed: bool,
+    /// Slots whose masters were named after a reconnect, to be named once more
+    /// [`RENAME_AGAIN`] later.
+    rename: HashSet<u16>,
 }
 
 impl ClusterHub {
@@ -342,6 +364,7 @@ impl ClusterHub {
             }
         }
         if self.unnamed {
+            self.rename.extend(resubscribed.iter().copied());
             self.name_nodes(resubscribed).await;
             self.unnamed = !self.retry.is_empty();
         }
