@@ -1,5 +1,9 @@
-//! The waiting loop of an acquisition: attempt, subscribe, sleep until woken, handed the
-//! lock, or out of time, and attempt again.
+//! A waiter's whole life: the waiting loop of an acquisition (attempt, subscribe, sleep
+//! until woken, handed the lock, or out of time, and attempt again) over one
+//! [`Waiting`](waiting::Waiting), which holds what the waiter takes of its client (its
+//! part in the line, `line.rs`; its subscription; its place in the hand-over queue) and
+//! gives it all back in its one `Drop`. What each step's outcome makes it do next is
+//! `policy::waiter`'s.
 
 use std::sync::Arc;
 use std::time::Duration;
