@@ -105,9 +105,23 @@ pub async fn client_with(url: &str, wd: Duration, response: Duration) -> redis_r
         .unwrap()
 }
 
+/// A loopback port free now and not handed out before in this process: a port freed by
+/// one test's server (a cluster node killed on purpose, say) and taken by another test's
+/// new node would still be gossiped to by the first test's cluster, which then pulls the
+/// new node in (`CLUSTER SET-CONFIG-EPOCH` refused: "config epoch is already non-zero",
+/// seen once in CI).
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    l.local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    for _ in 0..1000 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = l.local_addr().unwrap().port();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no loopback port left that this process did not use before");
 }
 
 /// One redis-server process, killed and cleaned up on drop.
