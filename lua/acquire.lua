@@ -35,6 +35,8 @@
 -- first millisecond, which it yields to a subscriber outside the line (then the PTTL is
 -- what is left of that millisecond); the PTTL bounds how long a waiter sleeps. With turns on, a client whose caller waits joins KEYS[3] once when it
 -- finds the lock busy, and a first grant takes it out again.
+--#include lock_shape.lua
+--#include line.lua
 local flags = ARGV[5]
 -- Each flag read by a direct call: a call of a Lua helper per flag cost the server more
 -- than the search itself.

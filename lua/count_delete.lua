@@ -8,6 +8,7 @@
 -- Returns 1 when anything was deleted, 0 when nothing existed. A count key or lease set
 -- of another type answers WRONGTYPE and nothing is deleted (Redisson's delete would
 -- take any key at the name).
+--#include count_shape.lua
 count_at(KEYS[1])
 if KEYS[3] then
     local t = redis.call('type', KEYS[3])['ok']

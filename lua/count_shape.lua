@@ -1,4 +1,4 @@
--- Prepended to the semaphore and latch scripts that write a count: a key that holds
+-- Included by the semaphore and latch scripts that write a count: a key that holds
 -- anything but an integer string is not a semaphore or latch, and every script answers
 -- it with a WRONGTYPE error before it writes, whatever path it would take (Redisson's
 -- scripts would meet Redis's "not an integer" error at INCRBY or DECR on some paths and

@@ -21,6 +21,7 @@
 -- Returns {1, 0, latched} when the caller now holds the lock (latched as in acquire.lua),
 -- {0, wait_ms} when not: the lock's PTTL, or, when the lock is free but another waiter is
 -- first in line, how long until that waiter would be taken as gone.
+--#include lock_shape.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local field = ARGV[2]

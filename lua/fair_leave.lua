@@ -14,6 +14,7 @@
 --          in Redisson's acquireFailed
 -- Returns 1 when a lock was deleted, else 0; NOTALOCK, changing nothing, when a force
 -- unlock finds a hash that is not a lock.
+--#include lock_shape.lua
 local refused = ARGV[2] == '1' and redis.call('exists', KEYS[1]) == 1
     and refuse_unless_lock(KEYS[1])
 if refused then

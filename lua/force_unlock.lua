@@ -8,6 +8,7 @@
 --          forced
 -- Returns 1 when a lock was deleted, 0 when there was none; WRONGTYPE or NOTALOCK,
 -- deleting nothing, when the key is not a lock (another type, or a hash of other fields).
+--#include lock_shape.lua
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
     return 0

@@ -5,6 +5,7 @@
 -- ARGV[2]  'publish', or 'spublish' on a cluster with sharded pub/sub
 -- Returns the count left. At 0 the key is deleted and ARGV[1] published. An absent
 -- latch is left absent and answers 0 (Redisson's script writes -1 and deletes it).
+--#include count_shape.lua
 if count_at(KEYS[1]) == false then
     return 0
 end

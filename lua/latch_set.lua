@@ -6,6 +6,7 @@
 -- ARGV[3]  'publish', or 'spublish' on a cluster with sharded pub/sub
 -- Returns 1 when set (and ARGV[1] published), 0 when the latch existed (nothing written).
 -- A key that is not a count answers WRONGTYPE (Redisson's answers 0).
+--#include count_shape.lua
 if count_at(KEYS[1]) then
     return 0
 end

@@ -1,4 +1,4 @@
--- Prepended to the scripts that put a client in a lock's line (docs/protocol.md 2.6).
+-- Included by the scripts that put a client in a lock's line (docs/protocol.md 2.6).
 -- A TTL of at least ms: a place is never cut short by a waiter whose own lease is
 -- shorter than another's, and a list emptied by LPOP or LREM and made anew by RPUSH,
 -- which has none, gets one.

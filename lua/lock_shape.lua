@@ -1,4 +1,4 @@
--- Prepended to every script that takes or deletes a lock: whether a hash is a lock.
+-- Included by every script that takes or deletes a lock: whether a hash is a lock.
 -- A lock has at least one holder and nothing else but a read-write lock's 'mode' ('read'
 -- or 'write'). A holder is a field '<uuid>:<owner>' whose value is a positive count; the
 -- owner is a thread id ('-' allowed), 'thread-<n>' or 'scope-<n>', and a writer's field

@@ -12,6 +12,7 @@
 -- earliest lease ends in ms, {0, -1} when fewer are available and no lease will end.
 -- Time is the server's (TIME), never a client's clock. Leases that have ended are given
 -- back first (all of them; the new count is published when above 0).
+--#include count_shape.lua
 count_at(KEYS[1])
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

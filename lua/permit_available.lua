@@ -6,6 +6,7 @@
 -- ARGV[1]  'publish', or 'spublish' on a cluster with sharded pub/sub
 -- Returns the count (0 for an absent semaphore). A count above 0 after a give-back is
 -- published.
+--#include count_shape.lua
 count_at(KEYS[1])
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

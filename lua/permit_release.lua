@@ -7,6 +7,7 @@
 -- Returns how many of the ids were held with a live lease. An id whose lease had ended
 -- is given back too but not counted (Redisson's tryRelease answers false for it); an
 -- unknown id changes nothing. The new count is published when above 0.
+--#include count_shape.lua
 count_at(KEYS[1])
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -10,6 +10,7 @@
 -- server's now), 0 when it is unknown or its lease had ended. Ended leases are given
 -- back first, as every permit script does, so an ended lease is never revived; only
 -- the scores of live ids change.
+--#include count_shape.lua
 count_at(KEYS[1])
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

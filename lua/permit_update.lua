@@ -8,6 +8,7 @@
 -- Returns 1 when the permit was held (its lease is now ARGV[3] from the server's now),
 -- 0 when it is unknown or its lease had ended (it is given back then, with every
 -- other ended lease, and the new count published when above 0).
+--#include count_shape.lua
 count_at(KEYS[1])
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

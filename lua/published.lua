@@ -1,27 +1,4 @@
--- Prepended to the scripts that release a plain lock (docs/protocol.md 2.2, 2.6).
--- A write that only a hand-over or a hint needs goes through this: out of memory
--- ('maxmemory', 'noeviction') Redis refuses it, and the release must then go on as a
--- plain published one, which writes nothing that could be refused.
-local function try_write(...)
-    local reply = redis.pcall(...)
-    return not (type(reply) == 'table' and reply.err)
-end
--- Whether `channel` has a subscriber that is neither a client in `line` nor `me` (when
--- `me_listens`: a client in line listens, the releasing one only if it said so): a
--- Redisson waiter, a client of this crate with turns off, or one that lingers after its
--- last waiter (which costs the turn's client a short pause, nothing more). A count the
--- server will not give is taken as no: the turn goes on as before.
-local function others_listen(channel, line, me, me_listens, publish)
-    local counts = redis.pcall('pubsub', publish == 'spublish' and 'shardnumsub' or 'numsub', channel)
-    if type(counts) ~= 'table' or counts.err then
-        return false
-    end
-    local known = redis.call('llen', line)
-    if me_listens and not redis.call('lpos', line, me) then
-        known = known + 1
-    end
-    return tonumber(counts[2]) > known
-end
+-- Included by the scripts that release a plain lock (docs/protocol.md 2.2, 2.6).
 -- How long the client whose turn comes with a subscriber outside the line (a Redisson
 -- waiter, which the line cannot hold) leaves the lock to it: its turn lasts this much
 -- longer than the window, and its acquire is answered busy until only the window is
@@ -31,22 +8,25 @@ local YIELD_MS = 2
 -- The last hold's release, published with `publish` on `channel`; `line` and `turn` are
 -- false with turns off. The first client in the line gets the turn for `window` ms (its
 -- sign: whether the releasing client listens on `channel`, see others_listen), and
--- leaves the line; `me` (the releasing client) at its front goes to the back instead,
--- and the turn to the client after it. Returns nil, or the error reply when the
--- publish was refused.
-local function publish_release(hash, channel, line, turn, me, window, publish)
-    -- With turns off there is no window, and no line to give a turn from.
-    local ms = tonumber(window) or 0
-    local me_listens = ms > 0
-    window = string.format('%d', math.abs(ms))
-    local next_client = false
-    if line then
-        -- Foreign data at the line's key (no list) gives no line: the release goes on as
-        -- with turns off, where an error would leave the hold to run out with its lease.
-        next_client = redis.pcall('lindex', line, 0)
-        if type(next_client) == 'table' then
-            next_client = false
-        elseif next_client == me then
+-- leaves the line; the releasing client (`field`'s) at its front goes to the back
+-- instead, and the turn to the client after it. Returns nil, or the error reply when the
+-- publish was refused. A write that only the turn needs goes through `redis.pcall`, its
+-- refusal ignored: out of memory ('maxmemory', 'noeviction') Redis refuses it, and the
+-- release must then go on as a plain published one, which writes nothing that could be
+-- refused. Nothing in line (the common release) reads no more than the line's head.
+local function publish_release(hash, channel, line, turn, field, window, publish)
+    -- Foreign data at the line's key (no list) gives no line: the release goes on as
+    -- with turns off, where an error would leave the hold to run out with its lease.
+    local next_client = line and redis.pcall('lindex', line, 0)
+    if type(next_client) ~= 'string' then
+        next_client = false
+    end
+    local yields, me, ms = false, nil, nil
+    if next_client then
+        me = string.sub(field, 1, 36)
+        -- With turns off there is no window, and no line to give a turn from.
+        ms = tonumber(window) or 0
+        if next_client == me then
             -- This client's own run of hand-overs ended with its waiters still in
             -- line: a turn of its own would only hold the others off while its waiters
             -- hold back.
@@ -54,7 +34,7 @@ local function publish_release(hash, channel, line, turn, me, window, publish)
             if second then
                 -- The list keeps at least one entry, so it keeps its TTL.
                 redis.call('lpop', line)
-                try_write('rpush', line, me)
+                redis.pcall('rpush', line, me)
             end
             next_client = second
         end
@@ -66,9 +46,26 @@ local function publish_release(hash, channel, line, turn, me, window, publish)
     -- digits). From 2^49 on, the number also asks that client to let a subscriber from
     -- outside the line try first (a Redisson waiter, which the line cannot hold). It is
     -- only a hint, so a refusal is ignored.
-    local yields = false
     if next_client then
-        yields = others_listen(channel, line, me, me_listens, publish)
+        -- Whether `channel` has a subscriber that is neither a client in `line` nor `me`
+        -- (when the window is positive: a client in line listens, the releasing one only
+        -- if it said so): a Redisson waiter, a client of this crate with turns off, or
+        -- one that lingers after its last waiter (which costs the turn's client a short
+        -- pause, nothing more). A count the server will not give is taken as no: the
+        -- turn goes on as before.
+        local function others_listen()
+            local counts = redis.pcall('pubsub',
+                publish == 'spublish' and 'shardnumsub' or 'numsub', channel)
+            if type(counts) ~= 'table' or counts.err then
+                return false
+            end
+            local known = redis.call('llen', line)
+            if ms > 0 and not redis.call('lpos', line, me) then
+                known = known + 1
+            end
+            return tonumber(counts[2]) > known
+        end
+        yields = others_listen()
         local bits = tonumber(string.sub(next_client, 1, 8) .. string.sub(next_client, 10, 13), 16)
         if bits then
             local base = 281474976710656
@@ -91,10 +88,11 @@ local function publish_release(hash, channel, line, turn, me, window, publish)
         -- Only a hint for the waiters (2.6): out of memory, the release stands without it.
         -- A turn that yields first lasts YIELD_MS longer, which its client's acquire
         -- reads as its first part (acquire.lua).
+        local lasts = math.abs(ms)
         if yields then
-            window = string.format('%d', math.abs(ms) + YIELD_MS)
+            lasts = lasts + YIELD_MS
         end
-        try_write('set', turn, next_client, 'px', window)
+        redis.pcall('set', turn, next_client, 'px', string.format('%d', lasts))
     end
     return nil
 end

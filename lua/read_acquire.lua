@@ -22,6 +22,7 @@
 -- writer other than the caller holds the lock, or when a writer's mark in KEYS[4] is
 -- live and the caller holds no read hold yet (unless it is the readers' turn, KEYS[6]):
 -- then the PTTL is the marks' key's.
+--#include lock_shape.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function waiting()

@@ -37,8 +37,9 @@ if count > n then
     redis.call('set', KEYS[3], 0, 'px', ARGV[4])
     return 0
 end
+--#include published.lua
 local refused = publish_release(KEYS[1], KEYS[2], KEYS[4] or false, KEYS[5] or false,
-    string.sub(ARGV[1], 1, 36), ARGV[5], publish)
+    ARGV[1], ARGV[5], publish)
 if refused then
     return refused
 end

@@ -8,6 +8,7 @@
 -- ARGV[4]  the force unlock's event message, published on KEYS[2] (see force_unlock.lua)
 -- Returns 1 when the lock was deleted, 0 when it is free or in the other mode; NOTALOCK,
 -- deleting nothing, when the name holds a hash that is not a lock.
+--#include lock_shape.lua
 local refused = redis.call('exists', KEYS[1]) == 1 and refuse_unless_lock(KEYS[1])
 if refused then
     return refused

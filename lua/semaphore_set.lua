@@ -7,6 +7,7 @@
 -- Returns 1 when the key was set (and the count published if above 0), 0 when it
 -- existed (nothing written). A key that is not a count answers WRONGTYPE (Redisson's
 -- answers 0).
+--#include count_shape.lua
 if count_at(KEYS[1]) then
     return 0
 end

@@ -12,24 +12,32 @@
 -- Returns nil when the caller now holds the lock, the lock's PTTL when someone else holds
 -- it (as Redisson's script does), or {0, pttl, 1} when it is free but another client's
 -- turn (the turn's PTTL). No latch: a retry of a grant finds it by the field alone.
-if redis.call('exists', KEYS[1]) == 0 then
-    local turn = KEYS[3] and redis.call('get', KEYS[3])
-    if turn then
-        local me = string.sub(ARGV[2], 1, 36)
-        if turn ~= me then
-            -- A release gave the next turn to the client first in line: wait for it to
-            -- take the lock, in line, at most until the turn runs out. Every turn is set
-            -- with its window: a value without a TTL is no turn (foreign data), and
-            -- would hold every waiting call off for ever.
-            local left = redis.call('pttl', KEYS[3])
-            if left > 0 then
-                join_line(KEYS[2], me, ARGV[1])
-                return {0, left, 1}
-            end
-        else
-            -- This client's own turn, with none of its waiters left in line: used up.
-            redis.call('del', KEYS[3])
+local free = redis.call('exists', KEYS[1]) == 0
+local turn = free and KEYS[3] and redis.call('get', KEYS[3])
+if free and not turn then
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+-- The helpers come after the free lock's path, which needs none of them: the server
+-- makes a function anew each time the script reaches its definition.
+--#include lock_shape.lua
+--#include line.lua
+if free then
+    local me = string.sub(ARGV[2], 1, 36)
+    if turn ~= me then
+        -- A release gave the next turn to the client first in line: wait for it to
+        -- take the lock, in line, at most until the turn runs out. Every turn is set
+        -- with its window: a value without a TTL is no turn (foreign data), and would
+        -- hold every waiting call off for ever.
+        local left = redis.call('pttl', KEYS[3])
+        if left > 0 then
+            join_line(KEYS[2], me, ARGV[1])
+            return {0, left, 1}
         end
+    else
+        -- This client's own turn, with none of its waiters left in line: used up.
+        redis.call('del', KEYS[3])
     end
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])

@@ -36,6 +36,15 @@
 -- 'h<token>'; a first send's full release latches nothing: a retry finds the field gone,
 -- which the client reads as "released". A retry latches every outcome ('x' for nothing
 -- held), and every send replays a latch it finds instead of acting again.
+--#include line.lua
+--#include published.lua
+-- A write that only a hand-over or a hint needs: out of memory ('maxmemory',
+-- 'noeviction') Redis refuses it, and the release must then go on as a plain published
+-- one, which writes nothing that could be refused. Whether it was written.
+local function try_write(...)
+    local reply = redis.pcall(...)
+    return not (type(reply) == 'table' and reply.err)
+end
 local flags = ARGV[8]
 local function flag(letter)
     return string.find(flags, letter, 1, true) ~= nil
@@ -145,8 +154,8 @@ if ARGV[5] ~= '' and not gave_way and not run_over then
         return {2, token}
     end
 end
-local refused = publish_release(KEYS[1], KEYS[2], turns and KEYS[4], turns and KEYS[5], me,
-    ARGV[7], publish)
+local refused = publish_release(KEYS[1], KEYS[2], turns and KEYS[4], turns and KEYS[5],
+    ARGV[2], ARGV[7], publish)
 if refused then
     return refused
 end

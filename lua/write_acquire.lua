@@ -19,6 +19,7 @@
 -- readers included (the caller's own read holds too: an
 -- upgrade is refused by the client before it gets here).
 -- A writer granted waits no more: its own mark goes, and only its own (below).
+--#include lock_shape.lua
 local function holds_now()
     if KEYS[3] then
         redis.call('zrem', KEYS[3], ARGV[2])

@@ -218,8 +218,8 @@ fn seeded_acquire_without_exists_check_breaks_mutual_exclusion() {
         )
         .edit(
             |s| &mut s.take,
-            "if redis.call('exists', KEYS[1]) == 0 then",
-            "if true then",
+            "local free = redis.call('exists', KEYS[1]) == 0",
+            "local free = true",
         );
     seeded(
         "seeded: no exists",

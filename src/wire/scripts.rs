@@ -4,222 +4,183 @@
 //! `SCRIPT FLUSH`, failover to a replica that never saw it) answers `NOSCRIPT`, and the
 //! call is sent once more as `EVAL`, which also caches the script for the next time.
 
-use std::future::Future;
-
 use once_cell::sync::Lazy;
-use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, ToRedisArgs, Value};
+use redis::Value;
 
-use crate::wire::connection::{Conn, Synced};
+mod call;
+
+pub(crate) use call::ScriptCall;
 
 /// One script: its source and SHA1, computed once per process.
 pub(crate) struct LuaScript {
-    source: &'static str,
+    source: String,
     sha: String,
     /// Whether a reply says the script wrote (replica sync waits only then on a cluster).
     wrote: fn(&Value) -> bool,
 }
 
 impl LuaScript {
-    fn new(source: &'static str, wrote: fn(&Value) -> bool) -> Self {
+    fn new(source: String, wrote: fn(&Value) -> bool) -> Self {
         LuaScript {
+            sha: redis::Script::new(&source).get_hash().to_string(),
             source,
-            sha: redis::Script::new(source).get_hash().to_string(),
             wrote,
         }
     }
+}
 
-    /// A call of this script with `keys` and `args`, ready to send.
-    pub(crate) fn call(&'static self) -> ScriptCall {
-        ScriptCall {
-            script: self,
-            // The unlock's keys and arguments with a name of 20 bytes take about 400.
-            data: Vec::with_capacity(512),
-            ends: Vec::with_capacity(20),
-            keys: 0,
+/// The preludes scripts take in with a line `--#include <file>`, where they need them: the
+/// server makes a script's functions anew on each run that reaches their definitions, so
+/// a common path that returns before them pays nothing for them.
+const INCLUDED: [(&str, &str); 4] = [
+    ("lock_shape.lua", include_str!("../../lua/lock_shape.lua")),
+    ("line.lua", include_str!("../../lua/line.lua")),
+    ("published.lua", include_str!("../../lua/published.lua")),
+    ("count_shape.lua", include_str!("../../lua/count_shape.lua")),
+];
+
+/// `text` with each of its `--#include <file>` lines replaced by that prelude's text. A
+/// file not in [`INCLUDED`] leaves the line as it is (a test sees that none is left).
+fn compose(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 4096);
+    for line in text.split_inclusive('\n') {
+        let file = line.trim_end().strip_prefix("--#include ");
+        match INCLUDED.iter().find(|(name, _)| Some(*name) == file) {
+            Some((_, prelude)) => out.push_str(prelude),
+            None => out.push_str(line),
         }
     }
+    out
 }
 
-/// A script that takes or deletes a lock, behind `lua/lock_shape.lua`, which tells a lock
-/// from a hash of application data.
-macro_rules! shaped {
-    ($file:literal) => {
-        concat!(
-            include_str!("../../lua/lock_shape.lua"),
-            include_str!(concat!("../../lua/", $file))
-        )
-    };
-}
-
-/// The text of a script made of several files of `lua/`, preludes first.
+/// The text of `lua/<file>`, its preludes included.
 macro_rules! lua {
-    ($($file:literal),+) => {
-        concat!($(include_str!(concat!("../../lua/", $file))),+)
+    ($file:literal) => {
+        compose(include_str!(concat!("../../lua/", $file)))
     };
 }
 
 /// The acquire script (`lua/acquire.lua`).
 pub(crate) static ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(lua!("lock_shape.lua", "line.lua", "acquire.lua"), |v| {
+    LuaScript::new(lua!("acquire.lua"), |v| {
         *v == Value::Nil || matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1))))
     })
 });
 /// The uncontended first send's acquire (`lua/take.lua`): it wrote a grant only when
 /// it answers nil.
-pub(crate) static TAKE: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(lua!("lock_shape.lua", "line.lua", "take.lua"), |v| {
-        *v == Value::Nil
-    })
-});
+pub(crate) static TAKE: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(lua!("take.lua"), |v| *v == Value::Nil));
 /// The unlock script (`lua/unlock.lua`).
-pub(crate) static UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(lua!("line.lua", "published.lua", "unlock.lua"), |v| {
-        *v != Value::Nil
-    })
-});
+pub(crate) static UNLOCK: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(lua!("unlock.lua"), |v| *v != Value::Nil));
 /// The first send's unlock with nobody to hand over to (`lua/release.lua`), publishing
 /// with `PUBLISH`; [`RELEASE_SHARDED`] with `SPUBLISH`. The command is the script's
 /// first line rather than an argument: the server pays per argument.
 pub(crate) static RELEASE: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
-        concat!(
-            "local publish = 'publish'\n",
-            lua!("published.lua", "release.lua")
-        ),
+        format!("local publish = 'publish'\n{}", lua!("release.lua")),
         |v| *v != Value::Nil,
     )
 });
 /// [`RELEASE`] publishing with `SPUBLISH`.
 pub(crate) static RELEASE_SHARDED: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
-        concat!(
-            "local publish = 'spublish'\n",
-            lua!("published.lua", "release.lua")
-        ),
+        format!("local publish = 'spublish'\n{}", lua!("release.lua")),
         |v| *v != Value::Nil,
     )
 });
 /// The batched renewal script (`lua/renew.lua`).
 pub(crate) static RENEW: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
-        include_str!("../../lua/renew.lua"),
+        lua!("renew.lua"),
         |v| matches!(v, Value::Array(a) if a.contains(&Value::Int(1))),
     )
 });
 /// The force-unlock script (`lua/force_unlock.lua`).
 pub(crate) static FORCE_UNLOCK: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(shaped!("force_unlock.lua"), |v| *v == Value::Int(1)));
+    Lazy::new(|| LuaScript::new(lua!("force_unlock.lua"), |v| *v == Value::Int(1)));
 /// The fair lock's acquire (`lua/fair_acquire.lua`).
 pub(crate) static FAIR_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
-        shaped!("fair_acquire.lua"),
+        lua!("fair_acquire.lua"),
         |v| matches!(v, Value::Array(a) if !a.is_empty()),
     )
 });
 /// The fair lock's unlock (`lua/fair_unlock.lua`).
-pub(crate) static FAIR_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(include_str!("../../lua/fair_unlock.lua"), |v| {
-        *v != Value::Nil
-    })
-});
+pub(crate) static FAIR_UNLOCK: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(lua!("fair_unlock.lua"), |v| *v != Value::Nil));
 /// A fair lock's waiter leaving its queue, or a force unlock (`lua/fair_leave.lua`).
 pub(crate) static FAIR_LEAVE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(shaped!("fair_leave.lua"), |_| true));
-
-/// A script that writes a semaphore's or latch's count, behind `lua/count_shape.lua`,
-/// which answers WRONGTYPE for a key that holds no count.
-macro_rules! counted {
-    ($file:literal) => {
-        concat!(
-            include_str!("../../lua/count_shape.lua"),
-            include_str!(concat!("../../lua/", $file))
-        )
-    };
-}
+    Lazy::new(|| LuaScript::new(lua!("fair_leave.lua"), |_| true));
 
 /// Takes semaphore permits (`lua/semaphore_acquire.lua`).
-pub(crate) static SEMAPHORE_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(include_str!("../../lua/semaphore_acquire.lua"), |v| {
-        *v == Value::Int(1)
-    })
-});
+pub(crate) static SEMAPHORE_ACQUIRE: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(lua!("semaphore_acquire.lua"), |v| *v == Value::Int(1)));
 /// Gives or adds semaphore permits (`lua/semaphore_release.lua`).
-pub(crate) static SEMAPHORE_RELEASE: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(include_str!("../../lua/semaphore_release.lua"), |v| {
-        *v != Value::Nil
-    })
-});
+pub(crate) static SEMAPHORE_RELEASE: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(lua!("semaphore_release.lua"), |v| *v != Value::Nil));
 /// Sets a semaphore's permits if absent (`lua/semaphore_set.lua`).
 pub(crate) static SEMAPHORE_SET: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(counted!("semaphore_set.lua"), |v| *v == Value::Int(1)));
+    Lazy::new(|| LuaScript::new(lua!("semaphore_set.lua"), |v| *v == Value::Int(1)));
 /// Drains a semaphore (`lua/semaphore_drain.lua`).
-pub(crate) static SEMAPHORE_DRAIN: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(include_str!("../../lua/semaphore_drain.lua"), |v| {
-        *v != Value::Int(0)
-    })
-});
+pub(crate) static SEMAPHORE_DRAIN: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(lua!("semaphore_drain.lua"), |v| *v != Value::Int(0)));
 /// Takes expirable permits (`lua/permit_acquire.lua`).
 pub(crate) static PERMIT_ACQUIRE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(counted!("permit_acquire.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(lua!("permit_acquire.lua"), |_| true));
 /// Gives expirable permits back (`lua/permit_release.lua`).
 pub(crate) static PERMIT_RELEASE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(counted!("permit_release.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(lua!("permit_release.lua"), |_| true));
 /// Renews a permit's lease (`lua/permit_update.lua`).
 pub(crate) static PERMIT_UPDATE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(counted!("permit_update.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(lua!("permit_update.lua"), |_| true));
 /// Renews the leases of a batch of permits (`lua/permit_renew.lua`).
 pub(crate) static PERMIT_RENEW: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(counted!("permit_renew.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(lua!("permit_renew.lua"), |_| true));
 /// Counts expirable permits (`lua/permit_available.lua`).
 pub(crate) static PERMIT_AVAILABLE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(counted!("permit_available.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(lua!("permit_available.lua"), |_| true));
 /// Counts a latch down (`lua/latch_count_down.lua`).
 pub(crate) static LATCH_COUNT_DOWN: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(counted!("latch_count_down.lua"), |_| true));
+    Lazy::new(|| LuaScript::new(lua!("latch_count_down.lua"), |_| true));
 /// Sets a latch's count if absent (`lua/latch_set.lua`).
 pub(crate) static LATCH_SET: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(counted!("latch_set.lua"), |v| *v == Value::Int(1)));
+    Lazy::new(|| LuaScript::new(lua!("latch_set.lua"), |v| *v == Value::Int(1)));
 /// Deletes a semaphore or latch (`lua/count_delete.lua`).
 pub(crate) static COUNT_DELETE: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(counted!("count_delete.lua"), |v| *v == Value::Int(1)));
+    Lazy::new(|| LuaScript::new(lua!("count_delete.lua"), |v| *v == Value::Int(1)));
 /// The read-write lock's read acquire (`lua/read_acquire.lua`).
 pub(crate) static READ_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
-        shaped!("read_acquire.lua"),
+        lua!("read_acquire.lua"),
         |v| matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1)))),
     )
 });
 /// The read-write lock's write acquire (`lua/write_acquire.lua`).
 pub(crate) static WRITE_ACQUIRE: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
-        shaped!("write_acquire.lua"),
+        lua!("write_acquire.lua"),
         |v| matches!(v, Value::Array(a) if matches!(a.first(), Some(Value::Int(1)))),
     )
 });
 /// The read-write lock's read unlock (`lua/read_unlock.lua`).
-pub(crate) static READ_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(include_str!("../../lua/read_unlock.lua"), |v| {
-        *v != Value::Nil
-    })
-});
+pub(crate) static READ_UNLOCK: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(lua!("read_unlock.lua"), |v| *v != Value::Nil));
 /// The read-write lock's write unlock (`lua/write_unlock.lua`).
-pub(crate) static WRITE_UNLOCK: Lazy<LuaScript> = Lazy::new(|| {
-    LuaScript::new(include_str!("../../lua/write_unlock.lua"), |v| {
-        *v != Value::Nil
-    })
-});
+pub(crate) static WRITE_UNLOCK: Lazy<LuaScript> =
+    Lazy::new(|| LuaScript::new(lua!("write_unlock.lua"), |v| *v != Value::Nil));
 /// The batched renewal of read holds (`lua/read_renew.lua`).
 pub(crate) static READ_RENEW: Lazy<LuaScript> = Lazy::new(|| {
     LuaScript::new(
-        include_str!("../../lua/read_renew.lua"),
+        lua!("read_renew.lua"),
         |v| matches!(v, Value::Array(a) if a.contains(&Value::Int(1))),
     )
 });
 /// The read-write lock's force unlock (`lua/rw_force_unlock.lua`).
 pub(crate) static RW_FORCE_UNLOCK: Lazy<LuaScript> =
-    Lazy::new(|| LuaScript::new(shaped!("rw_force_unlock.lua"), |v| *v == Value::Int(1)));
+    Lazy::new(|| LuaScript::new(lua!("rw_force_unlock.lua"), |v| *v == Value::Int(1)));
 
-/// The text the client sends for `lua/<file>`, prelude included (see [`shaped`]), for
+/// The text the client sends for `lua/<file>`, preludes included (see [`compose`]), for
 /// tools and tests that run the scripts as the client does.
 pub(crate) fn source_of(file: &str) -> Option<&'static str> {
     let script: &'static LuaScript = match file {
@@ -252,191 +213,7 @@ pub(crate) fn source_of(file: &str) -> Option<&'static str> {
         "rw_force_unlock.lua" => &RW_FORCE_UNLOCK,
         _ => return None,
     };
-    Some(script.source)
-}
-
-type Reply = RedisResult<(Value, Synced)>;
-
-/// Keys and arguments for one script call. Owns its data so the call can outlive the
-/// caller's future (a request finished in the background after its caller left).
-///
-/// Keys and arguments are packed into one buffer (two allocations per call, not one per
-/// item): a lock call has up to 18 of them, and building them was a tenth of the
-/// client's instructions per lock and unlock pair.
-pub(crate) struct ScriptCall {
-    script: &'static LuaScript,
-    /// The keys, then the arguments, back to back.
-    data: Vec<u8>,
-    /// Where each item ends in `data`.
-    ends: Vec<usize>,
-    keys: usize,
-}
-
-/// Lets `ToRedisArgs` values write themselves into a [`ScriptCall`]'s buffer.
-struct Items<'a> {
-    data: &'a mut Vec<u8>,
-    ends: &'a mut Vec<usize>,
-}
-
-impl redis::RedisWrite for Items<'_> {
-    fn write_arg(&mut self, arg: &[u8]) {
-        self.data.extend_from_slice(arg);
-        self.ends.push(self.data.len());
-    }
-
-    fn write_arg_fmt(&mut self, arg: impl std::fmt::Display) {
-        use std::io::Write;
-        let _ = write!(self.data, "{arg}");
-        self.ends.push(self.data.len());
-    }
-
-    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
-        NextItem(self)
-    }
-}
-
-/// One item written piecemeal; it ends where the writer is dropped.
-struct NextItem<'a, 'b>(&'a mut Items<'b>);
-
-impl std::io::Write for NextItem<'_, '_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.data.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Drop for NextItem<'_, '_> {
-    fn drop(&mut self) {
-        self.0.ends.push(self.0.data.len());
-    }
-}
-
-impl ScriptCall {
-    pub(crate) fn key(mut self, key: impl AsRef<[u8]>) -> Self {
-        debug_assert_eq!(self.keys, self.ends.len(), "keys go before arguments");
-        self.data.extend_from_slice(key.as_ref());
-        self.ends.push(self.data.len());
-        self.keys += 1;
-        self
-    }
-
-    /// `key`, if `present`: a script's optional last key (a fenced lock's counter, which
-    /// a plain lock never names).
-    pub(crate) fn key_if(self, present: bool, key: impl AsRef<[u8]>) -> Self {
-        if present {
-            self.key(key)
-        } else {
-            self
-        }
-    }
-
-    /// The key `<prefix>:{<name>}`, or `<prefix>:<name>:t` when `name` has a hash tag:
-    /// one key per name even where `a` and `{a}` share Redisson's (the line and the
-    /// turn, `raw::turns`), written without a `String` of its own.
-    pub(crate) fn key_own(mut self, prefix: &str, name: &str) -> Self {
-        debug_assert_eq!(self.keys, self.ends.len(), "keys go before arguments");
-        let tagged = crate::wire::slot::has_hash_tag(name.as_bytes());
-        // Fixed-length joints: a slice of either length was a call to `memcpy` each.
-        self.data.extend_from_slice(prefix.as_bytes());
-        match tagged {
-            true => self.data.push(b':'),
-            false => self.data.extend_from_slice(b":{"),
-        }
-        self.data.extend_from_slice(name.as_bytes());
-        match tagged {
-            true => self.data.extend_from_slice(b":t"),
-            false => self.data.push(b'}'),
-        }
-        self.ends.push(self.data.len());
-        self.keys += 1;
-        self
-    }
-
-    pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
-        arg.write_redis_args(&mut Items {
-            data: &mut self.data,
-            ends: &mut self.ends,
-        });
-        self
-    }
-
-    /// The keys written so far, as text (unit tests of the key layout).
-    #[cfg(test)]
-    pub(crate) fn keys_as_text(&self) -> Vec<String> {
-        let keys = self.items().take(self.keys);
-        keys.map(|k| String::from_utf8_lossy(k).into_owned())
-            .collect()
-    }
-
-    fn items(&self) -> impl Iterator<Item = &[u8]> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts.zip(self.ends.iter()).map(|(a, &b)| &self.data[a..b])
-    }
-
-    fn command(&self, by_sha: bool) -> Cmd {
-        let (verb, body) = match by_sha {
-            true => ("EVALSHA", self.script.sha.as_str()),
-            false => ("EVAL", self.script.source),
-        };
-        // Sized once: growing it item by item reallocated about as often as it wrote.
-        let mut cmd = Cmd::with_capacity(self.ends.len() + 3, self.data.len() + body.len() + 16);
-        cmd.arg(verb).arg(body).arg(self.keys);
-        for item in self.items() {
-            cmd.arg(item);
-        }
-        cmd
-    }
-
-    /// The first key: where a cluster routes the call.
-    fn first_key(&self) -> &[u8] {
-        match self.keys {
-            0 => &[],
-            _ => &self.data[..self.ends[0]],
-        }
-    }
-
-    /// Sends the call by SHA, falling back to the full source on `NOSCRIPT`; followed
-    /// by the replica sync `WAIT` on the same connection when sync is on.
-    pub(crate) fn run(self, conn: &Conn) -> impl Future<Output = Reply> + '_ {
-        self.send(conn, true)
-    }
-
-    /// As [`run`](Self::run), never followed by `WAIT`: for writes whose caller would do
-    /// nothing with the replicas' answer (`WAIT` only delays the reply).
-    pub(crate) fn run_unsynced(self, conn: &Conn) -> impl Future<Output = Reply> + '_ {
-        self.send(conn, false)
-    }
-
-    // Not an `async fn`, which keeps its arguments twice (as given and as locals): a
-    // lock call's request future is boxed whole, and past 1,032 bytes `malloc` leaves
-    // its fast path. Hence too the scoped command and the boxed (rare) fallback.
-    #[allow(clippy::manual_async_fn)]
-    fn send(self, conn: &Conn, synced: bool) -> impl Future<Output = Reply> + '_ {
-        async move {
-            let sent = {
-                let cmd = self.command(true);
-                self.query(conn, &cmd, synced).await
-            };
-            match sent {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    let cmd = self.command(false);
-                    Box::pin(self.query(conn, &cmd, synced)).await
-                }
-                other => other,
-            }
-        }
-    }
-
-    async fn query(&self, conn: &Conn, cmd: &Cmd, synced: bool) -> Reply {
-        match synced {
-            true => (conn.query_synced(cmd, self.first_key(), self.script.wrote)).await,
-            false => Ok((conn.query(cmd).await?, Synced::NotAsked)),
-        }
-    }
+    Some(&script.source)
 }
 
 #[cfg(test)]
@@ -444,25 +221,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_call_packs_its_keys_and_arguments_in_order() {
-        let call = ACQUIRE
-            .call()
-            .key("a")
-            .key_own("p", "n")
-            .key_own("p", "x{t}y")
-            .arg(7u64)
-            .arg("")
-            .arg(&["u", "v"][..]);
-        let items: Vec<&[u8]> = call.items().collect();
-        let want: [&[u8]; 6] = [b"a", b"p:{n}", b"p:x{t}y:t", b"7", b"", b"u"];
-        assert_eq!(&items[..6], &want[..]);
-        assert_eq!(items[6], b"v");
-        assert_eq!(call.keys, 3);
-        assert_eq!(call.first_key(), b"a");
-        let packed = call.command(true).get_packed_command();
-        let text = String::from_utf8(packed).unwrap();
-        assert!(text.starts_with("*10\r\n$7\r\nEVALSHA\r\n"), "{text}");
-        assert!(text.contains("\r\n$1\r\n3\r\n$1\r\na\r\n"), "{text}");
+    fn every_script_of_lua_is_sent_with_its_preludes_in_place() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if INCLUDED.iter().any(|(prelude, _)| *prelude == name) {
+                continue;
+            }
+            let text = source_of(&name).unwrap_or_else(|| panic!("{name} is not sent"));
+            assert!(
+                !text.contains("--#include"),
+                "{name} names an unknown prelude"
+            );
+        }
+        assert!(source_of("take.lua")
+            .unwrap()
+            .contains("local function is_lock"));
     }
 
     #[test]
