@@ -35,8 +35,6 @@
 -- first millisecond, which it yields to a subscriber outside the line (then the PTTL is
 -- what is left of that millisecond); the PTTL bounds how long a waiter sleeps. With turns on, a client whose caller waits joins KEYS[3] once when it
 -- finds the lock busy, and a first grant takes it out again.
---#include lock_shape.lua
---#include line.lua
 local flags = ARGV[5]
 -- Each flag read by a direct call: a call of a Lua helper per flag cost the server more
 -- than the search itself.
@@ -88,6 +86,7 @@ end
 local turns = tonumber(ARGV[4] or '0') > 0
 local waits = find(flags, 'w', 1, true) ~= nil
 local me = string.sub(ARGV[2], 1, 36)
+--#include line.lua
 local function wait_in_line()
     join_line(KEYS[3], me, ARGV[1])
 end
@@ -172,6 +171,7 @@ if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return {1, token, 1}
 end
 -- Busy: by a holder, or by data that is no lock (then nobody would ever release it).
+--#include lock_shape.lua
 if is_lock(KEYS[1]) == false then
     return not_a_lock(KEYS[1])
 end

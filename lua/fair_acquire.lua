@@ -21,7 +21,6 @@
 -- Returns {1, 0, latched} when the caller now holds the lock (latched as in acquire.lua),
 -- {0, wait_ms} when not: the lock's PTTL, or, when the lock is free but another waiter is
 -- first in line, how long until that waiter would be taken as gone.
---#include lock_shape.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local field = ARGV[2]
@@ -76,8 +75,11 @@ elseif redis.call('hexists', KEYS[1], field) == 1 then
     end
     redis.call('set', KEYS[4], 0, 'px', ARGV[4])
     return {1, 0, 1}
-elseif is_lock(KEYS[1]) == false then
-    return not_a_lock(KEYS[1])
+else
+--#include lock_shape.lua
+    if is_lock(KEYS[1]) == false then
+        return not_a_lock(KEYS[1])
+    end
 end
 if ARGV[7] == '1' then
     local wait = tonumber(ARGV[3])

@@ -22,7 +22,6 @@
 -- writer other than the caller holds the lock, or when a writer's mark in KEYS[4] is
 -- live and the caller holds no read hold yet (unless it is the readers' turn, KEYS[6]):
 -- then the PTTL is the marks' key's.
---#include lock_shape.lua
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function waiting()
@@ -77,6 +76,7 @@ end
 -- A hash the caller has no field in: a plain lock (busy, never to be given a 'mode') or
 -- no lock at all (an error: nothing here is ever released).
 if redis.call('exists', KEYS[1]) == 1 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+--#include lock_shape.lua
     if is_lock(KEYS[1]) == false then
         return not_a_lock(KEYS[1])
     end

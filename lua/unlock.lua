@@ -36,8 +36,6 @@
 -- 'h<token>'; a first send's full release latches nothing: a retry finds the field gone,
 -- which the client reads as "released". A retry latches every outcome ('x' for nothing
 -- held), and every send replays a latch it finds instead of acting again.
---#include line.lua
---#include published.lua
 -- A write that only a hand-over or a hint needs: out of memory ('maxmemory',
 -- 'noeviction') Redis refuses it, and the release must then go on as a plain published
 -- one, which writes nothing that could be refused. Whether it was written.
@@ -102,6 +100,7 @@ local function first_in_line()
 end
 local gave_way = false
 if ARGV[5] ~= '' and flag('g') and turns then
+--#include line.lua
     local first = first_in_line()
     if (first[1] and first[1] ~= me) or first[2] then
         -- Another client waits: its turn comes before this client's next hand-over.
@@ -154,6 +153,7 @@ if ARGV[5] ~= '' and not gave_way and not run_over then
         return {2, token}
     end
 end
+--#include published.lua
 local refused = publish_release(KEYS[1], KEYS[2], turns and KEYS[4], turns and KEYS[5],
     ARGV[2], ARGV[7], publish)
 if refused then

@@ -19,7 +19,6 @@
 -- readers included (the caller's own read holds too: an
 -- upgrade is refused by the client before it gets here).
 -- A writer granted waits no more: its own mark goes, and only its own (below).
---#include lock_shape.lua
 local function holds_now()
     if KEYS[3] then
         redis.call('zrem', KEYS[3], ARGV[2])
@@ -59,6 +58,7 @@ end
 local mode = redis.call('hget', KEYS[1], 'mode')
 -- As in read_acquire.lua: a plain lock is busy, a hash that is no lock an error.
 if redis.call('exists', KEYS[1]) == 1 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+--#include lock_shape.lua
     if is_lock(KEYS[1]) == false then
         return not_a_lock(KEYS[1])
     end
