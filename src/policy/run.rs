@@ -97,6 +97,27 @@ pub struct Run {
 }
 
 impl Run {
+    /// What a full release at `now` does; `asleep`: whether a waiter of the client
+    /// sleeps on the name (else the release is published). A run whose window is over
+    /// ends with a release that has nobody to hand to, even while other holds of the
+    /// name keep its entry: else the next contention, however much later, would find
+    /// it and end at its first offer (published and held back, not handed over).
+    pub fn release(
+        &mut self,
+        now: Duration,
+        limits: &Limits,
+        listening: bool,
+        asleep: bool,
+    ) -> Next {
+        if asleep {
+            return self.next(now, limits, listening);
+        }
+        if self.idle(now, limits.window) {
+            *self = Run::default();
+        }
+        Next::Publish
+    }
+
     /// What a full release at `now` does while a waiter of the client sleeps.
     /// `listening`: the client's own subscription to the lock's channel is confirmed,
     /// so that the one subscriber the script allows is this client. A run that ends
@@ -201,6 +222,22 @@ mod tests {
         assert_eq!(offer(&mut run, MS, &l), Next::Offer(Terms::GiveWay));
         assert!(matches!(offer(&mut run, MS, &l), Next::End { .. }));
         assert_eq!(run.streak(), 0);
+    }
+
+    #[test]
+    fn a_release_with_nobody_asleep_ends_a_run_only_past_its_window() {
+        let (mut run, l) = (Run::default(), limits(6));
+        assert_eq!(offer(&mut run, MS, &l), Next::Offer(Terms::Outright));
+        // The client's waiters between attempts: the run still counts.
+        assert_eq!(run.release(3 * MS, &l, true, false), Next::Publish);
+        assert_eq!(run.streak(), 1);
+        assert_eq!(run.release(6 * MS, &l, true, false), Next::Publish);
+        assert_eq!(run, Run::default());
+        // The next contention starts a run of its own, handed over outright.
+        assert_eq!(
+            run.release(900 * MS, &l, true, true),
+            Next::Offer(Terms::Outright)
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::policy::run::{Next, Settled};
-use crate::state::queue::{since_origin, Grant, Offer, Queue, Run, State, Terms, Ticket, Woke};
+use crate::state::queue::{since_origin, Grant, Offer, Queue, State, Terms, Ticket, Woke};
 use crate::state::table::Core;
 
 /// Default for [`ClientBuilder::handover_limit`](crate::ClientBuilder::handover_limit):
@@ -68,23 +68,13 @@ impl Core {
         listening: bool,
         busy: &dyn Fn(&str) -> bool,
     ) -> Option<Offer> {
-        if queue.sleeping.is_empty() {
-            // Published with nobody here to hand to. A run still counting is kept (the
-            // client's waiters may be between attempts); one whose window is over ends
-            // here, as it would with its entry (`Queue::idle`) had other holds of the
-            // name not kept that: else the next contention, long after, would find it
-            // and end at its first offer (published, and held back, not handed over).
-            if queue.run.streak() > 0
-                && queue
-                    .run
-                    .idle(since_origin(Instant::now()), self.limits.window)
-            {
-                queue.run = Run::default();
-            }
+        let asleep = !queue.sleeping.is_empty();
+        if !asleep && queue.run.streak() == 0 {
+            // The common release: nobody to hand to, and no run to time.
             return None;
         }
         let now = since_origin(Instant::now());
-        let terms = match queue.run.next(now, &self.limits, listening) {
+        let terms = match queue.run.release(now, &self.limits, listening, asleep) {
             Next::Publish => return None,
             Next::End { gap } => return Some(Offer::EndStreak { gap }),
             Next::Offer(terms) => terms,

@@ -419,12 +419,11 @@ fn release(w: &mut World, c: usize, t: usize, fate: Fate, rounds: u8) -> String 
     let limits = w.cfg.handover;
     let cl = &mut w.clients[c];
     // `Core::pick`: the run decides, for the oldest sleeper.
-    let offer = cl
-        .oldest_sleeper()
-        .and_then(|n| match cl.run.next(now, &limits, true) {
-            Next::Offer(terms) => Some((n, terms)),
-            Next::End { .. } | Next::Publish => None,
-        });
+    let sleeper = cl.oldest_sleeper();
+    let offer = match cl.run.release(now, &limits, true, sleeper.is_some()) {
+        Next::Offer(terms) => sleeper.map(|n| (n, terms)),
+        Next::End { .. } | Next::Publish => None,
+    };
     let mut flags = String::new();
     let (mut next_field, mut next_lease) = (String::new(), "0".to_string());
     if let Some((n, terms)) = offer {
