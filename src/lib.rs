@@ -91,11 +91,13 @@ pub mod protocol {
         LATCH_ZERO_MESSAGE,
     };
 
-    /// The text the client sends for the script `lua/<file>` (`"acquire.lua"`, ...),
-    /// with the prelude those that take or delete a lock start with
-    /// (`lua/lock_shape.lua`), or those that write a semaphore's or latch's count
-    /// (`lua/count_shape.lua`); `None` for a file that is no script of the crate. For
-    /// tools and tests that run the scripts exactly as the client does.
+    /// The text the client sends for the script `lua/<file>` (`"acquire.lua"`, ...):
+    /// the file with each of its `--#include <prelude>` lines replaced by that prelude
+    /// (`lua/lock_shape.lua`, `lua/line.lua`, `lua/published.lua`, `lua/count_shape.lua`),
+    /// and for `release.lua` the first line that picks `PUBLISH`; `None` for a prelude or
+    /// a file that is no script of the crate. The files alone do not run (a path that
+    /// calls a prelude's function fails), and their SHA1 is not the one the server
+    /// caches. For tools and tests that run the scripts exactly as the client does.
     pub fn script_source(file: &str) -> Option<&'static str> {
         crate::wire::scripts::source_of(file)
     }
