@@ -565,10 +565,9 @@ fn retried_grants_of_the_other_kinds_replay_with_a_write() {
             assert_eq!(replay, first, "the retry replays the first grant");
             assert_eq!(s.calls("pexpire"), writes + 1, "the replay wrote nothing");
         };
-    let write = redis::Script::new(concat!(
-        include_str!("../lua/lock_shape.lua"),
-        include_str!("../lua/write_acquire.lua")
-    ));
+    let write = redis::Script::new(
+        redis_rlock::protocol::script_source("write_acquire.lua").expect("a script of the crate"),
+    );
     replay_writes(&mut conn, &|conn, lease, retry| {
         write
             .key("rw-lua")
@@ -591,10 +590,9 @@ fn retried_grants_of_the_other_kinds_replay_with_a_write() {
         "the lease was cut"
     );
 
-    let fair = redis::Script::new(concat!(
-        include_str!("../lua/lock_shape.lua"),
-        include_str!("../lua/fair_acquire.lua")
-    ));
+    let fair = redis::Script::new(
+        redis_rlock::protocol::script_source("fair_acquire.lua").expect("a script of the crate"),
+    );
     replay_writes(&mut conn, &|conn, lease, retry| {
         fair.key("fair-lua")
             .key("redisson_lock_queue:{fair-lua}")
