@@ -231,7 +231,7 @@ mod tests {
             let text = source_of(&name).unwrap_or_else(|| panic!("{name} is not sent"));
             assert!(
                 !text.contains("--#include"),
-                "{name} names an unknown prelude"
+                "{name} keeps an include line compose() does not replace"
             );
         }
         assert!(source_of("take.lua")
