@@ -53,6 +53,9 @@ pub(crate) struct ChannelEntry {
     turn: Mutex<TurnState>,
     /// Since when the entry has had no waiter (a lingering channel).
     idle_since: Mutex<Option<Instant>>,
+    /// When a waiter last needed the channel (see [`Subscription::needed`]): a channel
+    /// lingers from there, not from the last leave of a waiter that never needed it.
+    needed_at: Mutex<Instant>,
     /// A linger timer is set for the entry.
     linger_pending: AtomicBool,
 }
@@ -273,6 +276,7 @@ impl PubSubHub {
                     turns,
                     turn: Mutex::default(),
                     idle_since: Mutex::new(None),
+                    needed_at: Mutex::new(Instant::now()),
                     linger_pending: AtomicBool::new(false),
                 });
                 channels.insert(channel.clone(), entry.clone());
@@ -294,6 +298,7 @@ impl PubSubHub {
             wake,
             holding_wake: false,
             owes_wake: false,
+            needed: true,
         }
     }
 
@@ -344,9 +349,22 @@ pub(crate) struct Subscription {
     /// A wake-up this waiter consumed was answered "another client's turn": not used,
     /// it is passed on if the waiter leaves before its next attempt settles it.
     owes_wake: bool,
+    /// Whether this waiter needed the channel: it joined after a busy answer, or slept
+    /// on it. One that joined a lingering channel before its first attempt and took the
+    /// lock at once did not, and leaving does not keep the channel: otherwise a name
+    /// used more often than [`timers::LINGER`] stayed subscribed for good after one
+    /// wait, and heard every release of its own client's uncontended calls.
+    needed: bool,
 }
 
 impl Subscription {
+    /// This waiter joined before its first attempt: it needs the channel only once it
+    /// sleeps on it (see [`Subscription::needed`]).
+    pub(crate) fn early(mut self) -> Subscription {
+        self.needed = false;
+        self
+    }
+
     /// Whether this waiter was woken by the end of another client's turn rather than a
     /// release: that client may hold the lock, so a cheap look comes before an attempt.
     pub(crate) fn woken_by_lapse(&self) -> bool {
@@ -378,6 +396,7 @@ impl Subscription {
 
     /// Waits for an unlock message, at most `limit`. Returns whether one came.
     pub(crate) async fn woken(&mut self, limit: Duration) -> bool {
+        self.needed = true;
         self.holding_wake = false;
         let got = tokio::time::timeout(limit, self.wake.notified())
             .await
@@ -414,17 +433,20 @@ impl Drop for Subscription {
             self.wake.notify_one();
         }
         self.entry.leave(&self.name);
+        if self.needed {
+            *self.entry.needed_at.lock() = Instant::now();
+        }
         let mut channels = self.hub.channels.lock();
         if self.entry.waiters.fetch_sub(1, Ordering::SeqCst) == 1 {
             if self.entry.turns {
                 // Kept for a while: this client's next wait on the lock is likely soon.
-                let now = Instant::now();
-                *self.entry.idle_since.lock() = Some(now);
+                let since = *self.entry.needed_at.lock();
+                *self.entry.idle_since.lock() = Some(since);
                 if !self.entry.linger_pending.swap(true, Ordering::SeqCst) {
                     self.hub
                         .timers
                         .lock()
-                        .push((now + timers::LINGER, Timer::Linger(self.channel.clone())));
+                        .push((since + timers::LINGER, Timer::Linger(self.channel.clone())));
                     let _ = self.hub.commands.send(Command::Recheck);
                 }
                 return;

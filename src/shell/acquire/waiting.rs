@@ -93,7 +93,7 @@ impl<'a> Waiting<'a> {
     /// client hear it already); `true` when that subscription is confirmed (the channel may have
     /// stopped lingering in between: it is then as if joined after the attempt).
     pub(super) fn subscribe_early(&mut self) -> bool {
-        self.sub = Some(self.target.subscription(&self.field));
+        self.sub = Some(self.target.subscription(&self.field).early());
         self.sub.as_ref().is_some_and(Subscription::confirmed)
     }
 
