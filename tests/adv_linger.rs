@@ -81,6 +81,16 @@ async fn take(lock: Lock, bounded: bool) -> Instant {
 /// Returns the longest delay from the release to a waiter's grant, and in how many
 /// rounds a client subscribed anew (its linger had run out) and in how many none did
 /// (all joined their lingering channel).
+/// How long after `released` the task `sleeper` got its lock (it must within twice the
+/// lease).
+async fn delay_after(sleeper: tokio::task::JoinHandle<Instant>, released: Instant) -> Duration {
+    let got = tokio::time::timeout(LEASE * 2, sleeper)
+        .await
+        .expect("the sleeper never got the lock")
+        .unwrap();
+    got.saturating_duration_since(released)
+}
+
 async fn sweep(
     s: &RedisServer,
     name: &str,
@@ -223,11 +233,7 @@ async fn shared_channel(turn_window: Option<Duration>, tag: &str) {
     assert!(!sleeper.is_finished(), "the sleeper got a lock still held");
     let released = Instant::now();
     held.unlock().await.unwrap();
-    let got = tokio::time::timeout(LEASE * 2, sleeper)
-        .await
-        .expect("the sleeper never got the lock")
-        .unwrap();
-    let delay = got.saturating_duration_since(released);
+    let delay = delay_after(sleeper, released).await;
     assert!(
         delay < HEARD,
         "{tag}: the sleeper got {a} {delay:?} after the release"
@@ -322,11 +328,7 @@ async fn cancelled_early_joiners_neither_lose_a_release_nor_keep_the_channel() {
         let released = Instant::now();
         held.unlock().await.unwrap();
         held_b.unlock().await.unwrap();
-        let got = tokio::time::timeout(LEASE * 2, sleeper)
-            .await
-            .expect("the sleeper never got the lock")
-            .unwrap();
-        let delay = got.saturating_duration_since(released);
+        let delay = delay_after(sleeper, released).await;
         assert!(
             delay < HEARD,
             "round {round}: the sleeper got the lock {delay:?} after the release"
