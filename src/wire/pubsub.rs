@@ -51,10 +51,9 @@ pub(crate) struct ChannelEntry {
     /// (`docs/protocol.md` 2.6). Such a channel also lingers (see [`timers::LINGER`]).
     turns: bool,
     turn: Mutex<TurnState>,
-    /// Since when the entry has had no waiter (a lingering channel).
-    idle_since: Mutex<Option<Instant>>,
     /// When a waiter last needed the channel (see [`Subscription::needed`]): a channel
-    /// lingers from there, not from the last leave of a waiter that never needed it.
+    /// without waiters lingers from there, not from the last leave of a waiter that
+    /// never needed it.
     needed_at: Mutex<Instant>,
     /// A linger timer is set for the entry.
     linger_pending: AtomicBool,
@@ -275,7 +274,6 @@ impl PubSubHub {
                     ready_changed: Notify::new(),
                     turns,
                     turn: Mutex::default(),
-                    idle_since: Mutex::new(None),
                     needed_at: Mutex::new(Instant::now()),
                     linger_pending: AtomicBool::new(false),
                 });
@@ -288,7 +286,6 @@ impl PubSubHub {
             }
         };
         entry.waiters.fetch_add(1, Ordering::SeqCst);
-        *entry.idle_since.lock() = None;
         let wake = entry.join(name);
         Subscription {
             hub: self.shared.clone(),
@@ -441,7 +438,6 @@ impl Drop for Subscription {
             if self.entry.turns {
                 // Kept for a while: this client's next wait on the lock is likely soon.
                 let since = *self.entry.needed_at.lock();
-                *self.entry.idle_since.lock() = Some(since);
                 if !self.entry.linger_pending.swap(true, Ordering::SeqCst) {
                     self.hub
                         .timers

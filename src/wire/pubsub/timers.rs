@@ -215,14 +215,14 @@ impl HubShared {
                     let Some(entry) = channels.get(&channel).cloned() else {
                         continue;
                     };
-                    let idle = *entry.idle_since.lock();
-                    match idle {
-                        Some(since) if entry.waiters() == 0 && now >= since + LINGER => {
+                    let since = *entry.needed_at.lock();
+                    match entry.waiters() {
+                        0 if now >= since + LINGER => {
                             channels.remove(&channel);
                             unsubscribe.push(channel);
                         }
-                        // Used and left again since: it lingers from the last leave.
-                        Some(since) if entry.waiters() == 0 => {
+                        // Needed again since: it lingers from then.
+                        0 => {
                             self.timers
                                 .lock()
                                 .push((since + LINGER, Timer::Linger(channel)));
