@@ -3,7 +3,7 @@
 //! channel: a name contended for 200 ms, then used alone for a second, stops being heard
 //! about 200 ms after the wait and not after the loop, and the next wait still hears the
 //! release; two tasks of one client taking turns keep the channel (one `SUBSCRIBE`) for as
-//! long as they alternate. Run: `cargo test --test newuser6 -- --nocapture`
+//! long as they alternate; a write lock, or a client without turns, does not linger. Run: `cargo test --test newuser6 -- --nocapture`
 
 mod common;
 
@@ -15,9 +15,9 @@ use common::RedisServer;
 use redis_rlock::protocol::channel_name;
 use redis_rlock::Client;
 
-/// Samples `PUBSUB NUMSUB channel` every 5 ms on a connection of its own for `span`,
-/// and returns each change as (time since `origin`, subscribers), the first sample
-/// included. A thread, so that the sampling goes on while the test's tasks run.
+/// Samples `PUBSUB NUMSUB channel` (or, for a pattern with `*`, the number of channels
+/// `PUBSUB CHANNELS` lists) every 5 ms on a connection of its own for `span`, and returns
+/// each change as (time since `origin`, count), the first sample included. A thread, so that the sampling goes on while the test's tasks run.
 fn sample_numsub(
     url: String,
     channel: String,
@@ -33,12 +33,21 @@ fn sample_numsub(
         let mut changes: Vec<(Duration, i64)> = Vec::new();
         let end = Instant::now() + span;
         while Instant::now() < end {
-            let v: Vec<redis::Value> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&channel)
-                .query(&mut conn)
-                .unwrap();
-            let n: i64 = redis::from_redis_value(v[1].clone()).unwrap();
+            let n: i64 = if channel.contains('*') {
+                let names: Vec<String> = redis::cmd("PUBSUB")
+                    .arg("CHANNELS")
+                    .arg(&channel)
+                    .query(&mut conn)
+                    .unwrap();
+                names.len() as i64
+            } else {
+                let v: Vec<redis::Value> = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(&channel)
+                    .query(&mut conn)
+                    .unwrap();
+                redis::from_redis_value(v[1].clone()).unwrap()
+            };
             if changes.last().is_none_or(|&(_, last)| last != n) {
                 changes.push((origin.elapsed(), n));
             }
@@ -332,4 +341,77 @@ async fn bursts_closer_than_the_linger_keep_one_subscription() {
         "gone after the bursts: {changes:?}"
     );
     client.shutdown().await.unwrap();
+}
+
+/// The linger is a plain lock's, with turns on (the default): a write lock's wait, and a
+/// plain lock's on a client built with `turn_window(Duration::ZERO)`, let their channel go
+/// as the wait ends, not 200 ms later. Another client holds each name 150 ms meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_lock_or_a_client_without_turns_does_not_linger() {
+    let s = RedisServer::start();
+    let other = Client::connect(s.url()).await.unwrap();
+    let plain = Client::connect(s.url()).await.unwrap();
+    let no_turns = Client::builder(s.url())
+        .turn_window(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    let cases: [(&str, redis_rlock::Lock, redis_rlock::Lock); 3] = [
+        ("plain, turns on", plain.lock("nu6:p"), other.lock("nu6:p")),
+        (
+            "plain, turn_window 0",
+            no_turns.lock("nu6:z"),
+            other.lock("nu6:z"),
+        ),
+        (
+            "write lock",
+            plain.read_write_lock("nu6:w").write(),
+            other.read_write_lock("nu6:w").write(),
+        ),
+    ];
+    let mut gone_after = Vec::new();
+    for (what, ours, theirs) in cases {
+        let g = theirs.lock().await.unwrap();
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            g.unlock().await.unwrap();
+        });
+        let asked = Instant::now();
+        let mine = tokio::time::timeout(Duration::from_secs(10), ours.lock())
+            .await
+            .expect("no grant in 10 s")
+            .unwrap();
+        let granted = Instant::now();
+        release.await.unwrap();
+        assert!(
+            granted - asked >= Duration::from_millis(100),
+            "{what}: no wait"
+        );
+        let sampler = sample_numsub(s.url(), "*".into(), granted, Duration::from_millis(400));
+        let changes = sampler.join().unwrap();
+        mine.unlock().await.unwrap();
+        let gone = changes
+            .iter()
+            .find(|&&(_, n)| n == 0)
+            .map(|&(t, _)| t)
+            .unwrap_or_else(|| {
+                panic!("{what}: still subscribed 400 ms after the wait: {changes:?}")
+            });
+        println!("{what}: channels {changes:?}");
+        gone_after.push((what, gone));
+    }
+    println!("gone after the wait: {gone_after:?}");
+    assert!(
+        gone_after[0].1 >= Duration::from_millis(150),
+        "plain lingers: {gone_after:?}"
+    );
+    for &(what, gone) in &gone_after[1..] {
+        assert!(
+            gone < Duration::from_millis(100),
+            "{what} lingered: {gone_after:?}"
+        );
+    }
+    for c in [other, plain, no_turns] {
+        c.shutdown().await.unwrap();
+    }
 }
