@@ -3,7 +3,8 @@
 //! channel: a name contended for 200 ms, then used alone for a second, stops being heard
 //! about 200 ms after the wait and not after the loop, and the next wait still hears the
 //! release; two tasks of one client taking turns keep the channel (one `SUBSCRIBE`) for as
-//! long as they alternate; a write lock, or a client without turns, does not linger. Run: `cargo test --test newuser6 -- --nocapture`
+//! long as they alternate; a write lock, or a client without turns, does not linger.
+//! Run: `cargo test --test newuser6 -- --nocapture`
 
 mod common;
 
