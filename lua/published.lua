@@ -49,9 +49,8 @@ local function publish_release(hash, channel, line, turn, field, window, publish
     if next_client then
         -- Whether `channel` has a subscriber that is neither a client in `line` nor `me`
         -- (when the window is positive: a client in line listens, the releasing one only
-        -- if it said so): a Redisson waiter, a client of this crate with turns off, or
-        -- one that lingers after its last waiter (which costs the turn's client a short
-        -- pause, nothing more). A count the server will not give is taken as no: the
+        -- if it said so) nor marked as a client of this crate: a Redisson waiter, or a
+        -- client of this crate with turns off (neither stands in line). A count the server will not give is taken as no: the
         -- turn goes on as before. Written out here, not as a function: one defined in
         -- this function would keep five of its locals as upvalues, each an allocation.
         local counts = redis.pcall('pubsub',
@@ -62,6 +61,16 @@ local function publish_release(hash, channel, line, turn, field, window, publish
                 known = known + 1
             end
             yields = tonumber(counts[2]) > known
+            if yields and publish == 'publish' then
+                -- A listening client of this crate marks the channel in the sharded
+                -- namespace, where nothing is published on one server: no more plain
+                -- subscribers than marks are all such clients, lingering ones included.
+                -- A client that cannot mark (an old server, an ACL) still counts.
+                local marks = redis.pcall('pubsub', 'shardnumsub', channel)
+                if type(marks) == 'table' and not marks.err then
+                    yields = tonumber(counts[2]) > tonumber(marks[2])
+                end
+            end
         end
         local bits = tonumber(string.sub(next_client, 1, 8) .. string.sub(next_client, 10, 13), 16)
         if bits then

@@ -194,15 +194,13 @@ async fn contend(
 
 /// Clients of this crate only take one lock in turn: nobody listens on the lock's
 /// channel but them, so no turn should yield to "a subscriber outside the line". A
-/// client with no waiter in line stays subscribed for 200 ms (`LINGER`), and
-/// `published.lua` counts it as a stranger. Grants per second are printed (run with
-/// `--nocapture`). 3 clients x 2 tasks: 1-2 yields of about 1100 turns, grants/s the
-/// same within noise with `others_listen` cut to `false` (836-1291 against 989-1226).
-/// 4 clients x 1 task pausing 1 ms: about half the turns yield (314 of 625, 321 of
-/// 639), 414-424 grants/s against 827-1186 with `others_listen` cut to `false` (the
-/// same test, `MONITOR` on in both).
+/// client with no waiter in line stays subscribed for 200 ms (`LINGER`); it is told
+/// from a stranger by its mark in the sharded namespace (`docs/protocol.md` 2.6).
+/// Grants per second are printed (run with `--nocapture`). Before the marks, it was
+/// counted as a stranger: 4 clients x 1 task pausing 1 ms, about half the turns
+/// yielded (314 of 625, 321 of 639) and made 414-424 grants/s against 827-1186 with
+/// the count cut (`MONITOR` on in both).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: a client of this crate subscribed without a waiter in line (LINGER, or a task between two lock() calls) counts as a stranger in published.lua, so turns yield 2 ms to nobody: 4 clients x 1 task pausing 1 ms, 321 of 639 turns yielded, grants/s halved (424 against 827-1186)"]
 async fn clients_of_this_crate_alone_are_not_yielded_to() {
     let s = RedisServer::start();
     let mut seen = Vec::new();

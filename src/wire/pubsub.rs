@@ -119,6 +119,7 @@ impl ChannelEntry {
 mod actor;
 #[cfg(feature = "cluster")]
 mod cluster;
+mod listener;
 mod subscription;
 mod timers;
 

@@ -244,13 +244,20 @@ impl World {
 
     fn sync_subscribers(&mut self) {
         let mut subs = std::collections::BTreeMap::new();
+        let mut marks = std::collections::BTreeMap::new();
         let lock = self.lock_channel().into_bytes();
-        let n = self.redisson.iter().filter(|a| a.subscribed()).count()
-            + self.clients.iter().filter(|c| c.listening()).count();
+        let ours = self.clients.iter().filter(|c| c.listening()).count();
+        let n = self.redisson.iter().filter(|a| a.subscribed()).count() + ours;
         if n > 0 {
-            subs.insert(lock, n as u64);
+            subs.insert(lock.clone(), n as u64);
+        }
+        // A listening client with turns on also marks the channel in the sharded
+        // namespace (`src/wire/pubsub/listener.rs`), as on a single server.
+        if ours > 0 && self.cfg.turn_window > 0 {
+            marks.insert(lock, ours as u64);
         }
         self.store.subscribers = subs;
+        self.store.shard_subscribers = marks;
     }
 
     pub fn all_done(&self) -> bool {

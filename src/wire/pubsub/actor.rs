@@ -1,14 +1,14 @@
 //! The subscriber actor of a single server or a Sentinel deployment: one connection,
 //! reconciled with the channels that have waiters, reconnected when it breaks.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
+use super::listener::{Listener, Wanted};
 use super::{Command, HubShared, Source};
 
 /// The actor that owns the subscriber connection.
@@ -20,6 +20,7 @@ pub(super) async fn actor(
     response_timeout: Duration,
 ) {
     let mut backoff = Duration::from_millis(20);
+    let mut resp2 = false;
     // Wait for the first waiter before opening a connection at all.
     let mut pending: Vec<Command> = match rx.recv().await {
         Some(c) => vec![c],
@@ -41,10 +42,10 @@ pub(super) async fn actor(
             Source::Fixed(_) => None,
         };
         let client = source.client();
-        let conn = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
-        let pubsub = match conn {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
+        let opened = Listener::open(&client, &mut resp2, connect_timeout, response_timeout).await;
+        let mut listener = match opened {
+            Ok(l) => l,
+            Err(e) => {
                 tracing::warn!(error = %e, "pub/sub connect failed; waiters fall back to TTL-bounded waits");
                 if !sleep_draining(&mut rx, &mut pending, backoff).await {
                     return;
@@ -52,27 +53,21 @@ pub(super) async fn actor(
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
-            Err(_) => {
-                tracing::warn!("pub/sub connect timed out");
-                if !sleep_draining(&mut rx, &mut pending, backoff).await {
-                    return;
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
         };
-        let (mut sink, mut stream) = pubsub.split();
-        let mut subscribed: HashSet<Arc<str>> = HashSet::new();
+        // Each subscribed channel, and whether it carries this client's mark.
+        let mut subscribed: HashMap<Arc<str>, bool> = HashMap::new();
         let Some(shared) = weak.upgrade() else { return };
 
         // Subscribe everything that has waiters now; queued commands are covered by this.
         pending.clear();
-        let wanted: Vec<Arc<str>> = shared.channels.lock().keys().cloned().collect();
-        let resubscribed = if wanted.is_empty() {
-            Ok(())
-        } else {
-            subscribe(&mut sink, &wanted, response_timeout).await
-        };
+        let wanted: Vec<Wanted> = shared
+            .channels
+            .lock()
+            .iter()
+            .map(|(ch, e)| (ch.clone(), e.turns))
+            .collect();
+        let resubscribed =
+            subscribe(&mut listener, &mut subscribed, wanted, response_timeout).await;
         if let Err(e) = resubscribed {
             tracing::warn!(error = %e, "pub/sub resubscribe failed");
             drop(shared);
@@ -82,14 +77,13 @@ pub(super) async fn actor(
             backoff = (backoff * 2).min(Duration::from_secs(1));
             continue;
         }
-        subscribed.extend(wanted);
         backoff = Duration::from_millis(20);
         shared.connected.store(true, Ordering::SeqCst);
         shared.stats.count(crate::stats::Event::PubsubConnected);
         {
             let channels = shared.channels.lock();
             for (name, entry) in channels.iter() {
-                if subscribed.contains(name) {
+                if subscribed.contains_key(name) {
                     entry.confirmed();
                 }
                 // Anything may have been released while we were not listening.
@@ -106,7 +100,7 @@ pub(super) async fn actor(
                 _ = until(next) => {
                     let Some(shared) = weak.upgrade() else { return };
                     let batch: Vec<Command> = shared.fire().into_iter().map(Command::Unsubscribe).collect();
-                    if let Err(e) = reconcile(&shared, &mut sink, &mut subscribed, batch, response_timeout).await {
+                    if let Err(e) = reconcile(&shared, &mut listener, &mut subscribed, batch, response_timeout).await {
                         break e;
                     }
                 }
@@ -114,14 +108,14 @@ pub(super) async fn actor(
                     let Some(cmd) = cmd else { return };
                     let batch = with_queued(cmd, &mut rx);
                     let Some(shared) = weak.upgrade() else { return };
-                    if let Err(e) = reconcile(&shared, &mut sink, &mut subscribed, batch, response_timeout).await {
+                    if let Err(e) = reconcile(&shared, &mut listener, &mut subscribed, batch, response_timeout).await {
                         break e;
                     }
                 }
                 _ = changed(&mut master_changed) => {
                     break "the sentinels named another master".to_string();
                 }
-                msg = stream.next() => {
+                msg = listener.next() => {
                     let Some(msg) = msg else { break "connection closed".to_string() };
                     let Some(shared) = weak.upgrade() else { return };
                     shared.deliver(msg.get_channel_name().as_bytes(), msg.get_payload_bytes());
@@ -169,49 +163,44 @@ async fn changed(watch: &mut Option<tokio::sync::watch::Receiver<u64>>) {
 /// Applies queued commands: subscribe what has waiters, unsubscribe what has none.
 async fn reconcile(
     shared: &HubShared,
-    sink: &mut redis::aio::PubSubSink,
-    subscribed: &mut HashSet<Arc<str>>,
+    listener: &mut Listener,
+    subscribed: &mut HashMap<Arc<str>, bool>,
     batch: Vec<Command>,
     response_timeout: Duration,
 ) -> Result<(), String> {
-    let mut to_sub: Vec<Arc<str>> = Vec::new();
-    let mut to_unsub: Vec<Arc<str>> = Vec::new();
+    let mut to_sub: Vec<Wanted> = Vec::new();
+    let mut to_unsub: Vec<Wanted> = Vec::new();
     let mut confirm: Vec<(Arc<str>, u64)> = Vec::new();
     {
         let channels = shared.channels.lock();
         for cmd in batch {
             match cmd {
                 Command::Subscribe(ch, id) => {
-                    if channels.get(&ch).is_some_and(|e| e.id == id) {
-                        if !subscribed.contains(&ch) && !to_sub.contains(&ch) {
-                            to_sub.push(ch.clone());
+                    if let Some(e) = channels.get(&ch).filter(|e| e.id == id) {
+                        let queued = to_sub.iter().any(|(c, _)| *c == ch);
+                        if !subscribed.contains_key(&ch) && !queued {
+                            to_sub.push((ch.clone(), e.turns));
                         }
                         confirm.push((ch, id));
                     }
                 }
                 Command::Unsubscribe(ch) => {
-                    if !channels.contains_key(&ch)
-                        && subscribed.contains(&ch)
-                        && !to_unsub.contains(&ch)
-                    {
-                        to_unsub.push(ch);
+                    let queued = to_unsub.iter().any(|(c, _)| *c == ch);
+                    if !channels.contains_key(&ch) && !queued {
+                        if let Some(&marked) = subscribed.get(&ch) {
+                            to_unsub.push((ch, marked));
+                        }
                     }
                 }
                 Command::Recheck => {}
             }
         }
     }
-    if !to_unsub.is_empty() {
-        let names: Vec<&str> = to_unsub.iter().map(|c| &**c).collect();
-        timed(response_timeout, sink.unsubscribe(names)).await?;
-        for ch in &to_unsub {
-            subscribed.remove(ch);
-        }
+    listener.unsubscribe(&to_unsub, response_timeout).await?;
+    for (ch, _) in &to_unsub {
+        subscribed.remove(ch);
     }
-    if !to_sub.is_empty() {
-        subscribe(sink, &to_sub, response_timeout).await?;
-        subscribed.extend(to_sub);
-    }
+    subscribe(listener, subscribed, to_sub, response_timeout).await?;
     let channels = shared.channels.lock();
     for (ch, id) in confirm {
         if let Some(entry) = channels.get(&ch).filter(|e| e.id == id) {
@@ -221,28 +210,18 @@ async fn reconcile(
     Ok(())
 }
 
-/// Subscribes `channels`.
+/// Subscribes `wanted` and records each, marked where it asked for a mark and the
+/// listener still gives marks.
 async fn subscribe(
-    sink: &mut redis::aio::PubSubSink,
-    channels: &[Arc<str>],
+    listener: &mut Listener,
+    subscribed: &mut HashMap<Arc<str>, bool>,
+    wanted: Vec<Wanted>,
     response_timeout: Duration,
 ) -> Result<(), String> {
-    if channels.is_empty() {
-        return Ok(());
-    }
-    let channels: Vec<&str> = channels.iter().map(|c| &**c).collect();
-    timed(response_timeout, sink.subscribe(channels)).await
-}
-
-async fn timed<F>(limit: Duration, fut: F) -> Result<(), String>
-where
-    F: std::future::Future<Output = redis::RedisResult<()>>,
-{
-    match tokio::time::timeout(limit, fut).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {limit:?}")),
-    }
+    listener.subscribe(&wanted, response_timeout).await?;
+    let marks = listener.marks();
+    subscribed.extend(wanted.into_iter().map(|(ch, mark)| (ch, mark && marks)));
+    Ok(())
 }
 
 /// Sleeps `d` while keeping the command queue drained. Returns false when the hub is gone.
