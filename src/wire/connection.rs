@@ -39,6 +39,7 @@ mod sentinel;
 #[cfg(feature = "cluster")]
 use cluster::ClusterBackend;
 use lanes::Lanes;
+pub(crate) use named::set_name;
 #[cfg(feature = "cluster")]
 pub(crate) use named::setname;
 use named::NamedManager;

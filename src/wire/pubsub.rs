@@ -241,7 +241,8 @@ impl PubSubHub {
                     None => open_client(url, &config.tls)?,
                 };
                 let source = Source::Fixed(Box::new(client));
-                background.service(runtime, actor(weak, source, rx, timeouts.0, timeouts.1));
+                let name = config.connection_name();
+                background.service(runtime, actor(weak, source, rx, timeouts, name));
             }
             #[cfg(feature = "sentinel")]
             Deployment::Sentinel { .. } => {
@@ -249,7 +250,8 @@ impl PubSubHub {
                     .sentinel()
                     .expect("a Sentinel deployment has a Sentinel connection");
                 let source = Source::Sentinel(sentinel);
-                background.service(runtime, actor(weak, source, rx, timeouts.0, timeouts.1));
+                let name = config.connection_name();
+                background.service(runtime, actor(weak, source, rx, timeouts, name));
             }
         }
         Ok(PubSubHub { shared })

@@ -16,8 +16,8 @@ pub(super) async fn actor(
     weak: Weak<HubShared>,
     source: Source,
     mut rx: mpsc::UnboundedReceiver<Command>,
-    connect_timeout: Duration,
-    response_timeout: Duration,
+    (connect_timeout, response_timeout): (Duration, Duration),
+    name: String,
 ) {
     let mut backoff = Duration::from_millis(20);
     let mut resp2 = false;
@@ -42,7 +42,8 @@ pub(super) async fn actor(
             Source::Fixed(_) => None,
         };
         let client = source.client();
-        let opened = Listener::open(&client, &mut resp2, connect_timeout, response_timeout).await;
+        let limits = (connect_timeout, response_timeout);
+        let opened = Listener::open(&client, &name, &mut resp2, limits).await;
         let mut listener = match opened {
             Ok(l) => l,
             Err(e) => {

@@ -19,6 +19,8 @@ use futures_util::future::join_all;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
+use crate::wire::connection::set_name;
+
 /// A channel to listen on, and whether to mark it as this client's.
 pub(super) type Wanted = (Arc<str>, bool);
 
@@ -38,16 +40,17 @@ pub(super) enum Listener {
 }
 
 impl Listener {
-    /// Opens a listener on `client`'s server within `connect`. `resp2` is set for good
-    /// once the server answered RESP3's greeting with an error of its own.
+    /// Opens a listener on `client`'s server within `connect`, named `name` where it
+    /// speaks RESP3 (`docs/protocol.md` 1.6). `resp2` is set for good once the server
+    /// answered RESP3's greeting with an error of its own.
     pub(super) async fn open(
         client: &redis::Client,
+        name: &str,
         resp2: &mut bool,
-        connect: Duration,
-        response: Duration,
+        (connect, response): (Duration, Duration),
     ) -> Result<Listener, String> {
         if !*resp2 {
-            match open_resp3(client, connect, response).await {
+            match open_resp3(client, name, connect, response).await {
                 Ok(listener) => return Ok(listener),
                 Err(e) if server_refused(&e) => {
                     tracing::debug!(error = %e, "no RESP3 for pub/sub; listening without marks");
@@ -159,6 +162,7 @@ impl Listener {
 
 async fn open_resp3(
     client: &redis::Client,
+    name: &str,
     connect: Duration,
     response: Duration,
 ) -> redis::RedisResult<Listener> {
@@ -173,9 +177,12 @@ async fn open_resp3(
         .set_connection_timeout(Some(connect))
         .set_response_timeout(Some(response))
         .set_push_sender(tx);
-    let conn = client
+    let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
+    // A name refused (an ACL user without `CLIENT`) leaves the connection unnamed; a
+    // broken connection shows at the first subscription.
+    set_name(&mut conn, name).await;
     Ok(Listener::Resp3 {
         conn,
         pushes,
