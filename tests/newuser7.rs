@@ -163,24 +163,25 @@ async fn an_operator_sees_the_waiting_service_named_and_marked_then_nothing() {
 }
 
 /// An operator's watch on a lock's channel on its own thread until `stop`, 30 s at most:
-/// a `PSUBSCRIBE` of `pattern`, or (`plain`) a `SUBSCRIBE` of that channel, as one would
+/// a `PSUBSCRIBE` of `channel` as a pattern (a lock's channel has no `*`, `?` or `[`
+/// here, and `{` is no pattern character), or (`plain`) a `SUBSCRIBE` of it, as one would
 /// type in `redis-cli`. Counts the turn messages (from 2^48 on, 1.4) and those that ask
 /// their client to let an outside subscriber go first (from 2^49 on, 2.6).
 fn watch(
     s: &RedisServer,
-    pattern: &str,
+    channel: &str,
     plain: bool,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<(u64, u64)> {
     let mut conn = s.conn();
-    let pattern = pattern.to_string();
+    let channel = channel.to_string();
     let (tx, rx) = std::sync::mpsc::channel();
     let h = std::thread::spawn(move || {
         let mut pubsub = conn.as_pubsub();
         if plain {
-            pubsub.subscribe(&pattern).unwrap();
+            pubsub.subscribe(&channel).unwrap();
         } else {
-            pubsub.psubscribe(&pattern).unwrap();
+            pubsub.psubscribe(&channel).unwrap();
         }
         tx.send(()).unwrap();
         pubsub
@@ -266,13 +267,8 @@ async fn services_pausing_between_calls_yield_no_turn() {
     for (round, (clients, plain)) in [(2, false), (3, false), (2, true)].into_iter().enumerate() {
         let name = format!("nu7:pausing:{round}");
         let channel = format!("redisson_lock__channel:{{{name}}}");
-        let pattern = if plain {
-            channel
-        } else {
-            "redisson_lock__channel:*".to_string()
-        };
         let stop = Arc::new(AtomicBool::new(false));
-        let watcher = watch(&s, &pattern, plain, stop.clone());
+        let watcher = watch(&s, &channel, plain, stop.clone());
         let grants = Arc::new(AtomicU64::new(0));
         let run = Duration::from_millis(1500);
         let t0 = Instant::now();
@@ -320,7 +316,8 @@ async fn a_java_waiter_joining_two_services_gets_the_lock_within_a_few_grants() 
     let s = RedisServer::start();
     let name = "nu7:java-joins";
     let stop = Arc::new(AtomicBool::new(false));
-    let watcher = watch(&s, "redisson_lock__channel:*", false, stop.clone());
+    let channel = "redisson_lock__channel:{nu7:java-joins}";
+    let watcher = watch(&s, channel, false, stop.clone());
     let grants = Arc::new(AtomicU64::new(0));
     let hold = Duration::from_millis(1);
     let shape = (hold, Duration::ZERO);
