@@ -310,7 +310,7 @@ async fn services_pausing_between_calls_yield_no_turn() {
 /// asserts at most 16), and the operator's watch sees turns yield while it waits. With the
 /// yield cut (`yields = false` in `lua/published.lua`) only the watch failed: in a debug
 /// build the Java thread wins the race for a published release anyway (at most 4-5
-/// grants, 1-2 wake-ups that found the lock taken in 12 joins, against 3-4 and none).
+/// grants, 1-2 wake-ups that found the lock taken in 12 joins, against 2-4 and none).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_java_waiter_joining_two_services_gets_the_lock_within_a_few_grants() {
     let s = RedisServer::start();
