@@ -306,3 +306,35 @@ async fn valkey_urls_work_in_the_cli() {
     assert_eq!(s.cmd::<i64>(&["EXISTS", "cli:valkey"]), 0);
     assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
 }
+
+/// `watch` listens by a pattern that matches the lock's channel alone: it hears the
+/// unlock message of a name with glob characters, and `PUBSUB NUMSUB` does not count it,
+/// so no release takes the watch for a waiter outside the line and yields to it
+/// (`docs/protocol.md` 2.6). Before, it subscribed: counted, and a turn between two
+/// clients then yielded 2 ms to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_hears_by_an_exact_pattern_and_is_not_counted() {
+    const NAME: &str = "job[1]*?\\x";
+    let (s, name) = (RedisServer::start(), NAME);
+    let c = Client::connect(s.url()).await.unwrap();
+    let lock = c.lock(name);
+    let g = lock.lock().await.unwrap();
+    let field = g.holder_field().to_string();
+    let watching = tokio::spawn(rlock_async(s.url(), &["watch", NAME, "--for", "2"]));
+    let patterns = common::eventually(Duration::from_secs(3), || {
+        s.cmd::<i64>(&["PUBSUB", "NUMPAT"]) >= 2
+    })
+    .await;
+    assert!(patterns, "the watch never listened");
+    let channel = redis_rlock::protocol::channel_name(name);
+    assert_eq!(
+        s.numsub(&channel),
+        0,
+        "the watch is counted as a subscriber"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    g.unlock().await.unwrap();
+    let out = watching.await.unwrap();
+    let seen = events(&out);
+    assert_eq!(seen, vec![("released".to_string(), field)], "{seen:#?}");
+}

@@ -50,10 +50,13 @@ pub(crate) async fn watch(
     }
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
     let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
-    // Both kinds of channel: the lock's kind may change while it is watched.
-    let channels = [channel_name(name), rw_channel_name(name)];
+    // Both kinds of channel: the lock's kind may change while it is watched. Each as a
+    // pattern that matches only its own name: `PUBSUB NUMSUB` does not count a pattern,
+    // so the watch is not taken for a waiter outside the line, to which releases would
+    // yield (`docs/protocol.md` 2.6), nor counted among the subscribers it reports.
+    let patterns = [channel_name(name), rw_channel_name(name)].map(|c| exact_pattern(&c));
     pubsub
-        .subscribe(&channels)
+        .psubscribe(&patterns)
         .await
         .map_err(|e| e.to_string())?;
     let mut messages = pubsub.on_message();
@@ -100,8 +103,8 @@ pub(crate) async fn watch(
         let subscribers = other_subscribers(conn, &Kind::of(&now).channel(name)).await;
         if subscribers != last_subscribers {
             let detail = format!(
-                "{subscribers} connections subscribed besides this watch (clients with \
-                 waiters, or that had some, and other observers)"
+                "{subscribers} connections subscribed (clients with waiters, or that had \
+                 some, and other observers; this watch listens by pattern, not counted)"
             );
             w.out.emit("subscribers", detail);
             last_subscribers = subscribers;
@@ -247,8 +250,21 @@ async fn other_subscribers(conn: &mut MultiplexedConnection, channel: &str) -> i
         .query_async::<Vec<(String, i64)>>(conn)
         .await
         .ok()
-        .and_then(|v| v.first().map(|(_, n)| *n - 1))
+        .and_then(|v| v.first().map(|(_, n)| *n))
         .unwrap_or(0)
+}
+
+/// A `PSUBSCRIBE` pattern that matches `channel` and nothing else: glob's special
+/// characters escaped.
+fn exact_pattern(channel: &str) -> String {
+    let mut pattern = String::with_capacity(channel.len() + 4);
+    for c in channel.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern
 }
 
 fn keys_not_in<'a>(a: &'a Snapshot, b: &Snapshot) -> Vec<&'a String> {
