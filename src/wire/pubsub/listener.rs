@@ -42,7 +42,8 @@ pub(super) enum Listener {
 impl Listener {
     /// Opens a listener on `client`'s server within `connect`, named `name` where it
     /// speaks RESP3 (`docs/protocol.md` 1.6). `resp2` is set for good once the server
-    /// answered RESP3's greeting with an error of its own.
+    /// answered that it does not know RESP3's greeting; any other refusal of it (a
+    /// disabled user, a full server) passes, so this connection only goes without marks.
     pub(super) async fn open(
         client: &redis::Client,
         name: &str,
@@ -54,7 +55,7 @@ impl Listener {
                 Ok(listener) => return Ok(listener),
                 Err(e) if server_refused(&e) => {
                     tracing::debug!(error = %e, "no RESP3 for pub/sub; listening without marks");
-                    *resp2 = true;
+                    *resp2 = unknown_command(&e);
                 }
                 Err(e) => return Err(e.to_string()),
             }
@@ -193,6 +194,13 @@ async fn open_resp3(
 /// An error the server answered, as opposed to a broken or slow connection.
 fn server_refused(e: &redis::RedisError) -> bool {
     !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal())
+}
+
+/// Whether the server does not know the command `e` answers, in Redis 7's wording
+/// (which redis-rs reads as "no RESP3") or an older server's.
+fn unknown_command(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::RESP3NotSupported
+        || e.detail().is_some_and(|d| d.starts_with("unknown command"))
 }
 
 /// Sends each `(command, channel)` in order and waits for every reply, within `limit`.
