@@ -6,6 +6,9 @@
 
 mod common;
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::turns::take_and_release;
@@ -77,6 +80,26 @@ fn url_as(s: &RedisServer, user: &str) -> String {
         .replacen("redis://", &format!("redis://{user}:pw@"), 1)
 }
 
+/// Every connection's (id, plain subscriptions, shard subscriptions), from CLIENT LIST.
+fn subscriptions(conn: &mut redis::Connection) -> Vec<(u64, i64, i64)> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(conn).unwrap();
+    list.lines()
+        .map(|line| {
+            let field = |k: &str| {
+                line.split(' ')
+                    .find_map(|f| f.strip_prefix(k))
+                    .unwrap_or("0")
+                    .to_string()
+            };
+            (
+                field("id=").parse().unwrap(),
+                field("sub=").parse().unwrap(),
+                field("ssub=").parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
 fn acl(conn: &mut redis::Connection, args: &[&str]) {
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
@@ -129,4 +152,102 @@ async fn a_greeting_refused_for_a_while_does_not_end_the_marks() {
         "a refusal of a while ended the marks for good"
     );
     client.shutdown().await.unwrap();
+}
+
+/// The listener killed again and again (`CLIENT KILL TYPE pubsub`, and by id) while two
+/// clients' waiters wait and a third client releases: every waiter is served within
+/// 1 s of its release, no connection holds a plain subscription without its mark (or
+/// the reverse) in two samples 150 ms apart, and once the kills stop and the waits are
+/// over, neither a subscription nor a mark is left on the channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_listener_again_and_again_misses_no_release_and_leaves_no_mark() {
+    let s = RedisServer::start();
+    let holder = Client::connect(s.url()).await.unwrap();
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    let name = "am:kills";
+    let stop = Arc::new(AtomicBool::new(false));
+    let killer = {
+        let (stop, mut conn) = (stop.clone(), s.conn());
+        tokio::task::spawn_blocking(move || {
+            let (mut kills, mut odd, mut marked, mut tries) = (0u32, Vec::new(), 0u32, 0u64);
+            // When each connection was first seen with its counts apart.
+            let mut apart: HashMap<u64, Instant> = HashMap::new();
+            let end = Instant::now() + Duration::from_secs(20);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                let subs = subscriptions(&mut conn);
+                let now = Instant::now();
+                marked += u32::from(subs.iter().any(|(_, _, m)| *m > 0));
+                apart.retain(|id, _| subs.iter().any(|(i, p, m)| i == id && p != m));
+                for &(id, plain, marks) in &subs {
+                    if plain == marks {
+                        continue;
+                    }
+                    let since = *apart.entry(id).or_insert(now);
+                    if now - since > Duration::from_millis(150) {
+                        odd.push((id, plain, marks));
+                    }
+                }
+                let victim = subs.iter().find(|(_, p, _)| *p > 0).map(|s| s.0);
+                tries += 1;
+                let by_id = tries % 2 == 1;
+                let mut kill = redis::cmd("CLIENT");
+                kill.arg("KILL");
+                match victim.filter(|_| by_id) {
+                    Some(id) => kill.arg("ID").arg(id),
+                    None => kill.arg("TYPE").arg("pubsub"),
+                };
+                let killed: i64 = kill.query(&mut conn).unwrap_or(0);
+                kills += u32::from(killed > 0);
+                std::thread::sleep(Duration::from_millis(5 + tries % 4 * 10));
+            }
+            (kills, odd, marked)
+        })
+    };
+    let (mut slowest, mut rounds) = (Duration::ZERO, 0);
+    let end = Instant::now() + Duration::from_secs(8);
+    while rounds < 150 && Instant::now() < end {
+        let held = holder.lock(name).lock().await.unwrap();
+        let waiters = [
+            take_and_release(a.lock(name)),
+            take_and_release(b.lock(name)),
+        ];
+        // Waiting, listening or not (a kill may have just cut their listener).
+        tokio::time::sleep(Duration::from_millis(3 + (rounds % 5) * 4)).await;
+        let released = Instant::now();
+        held.unlock().await.unwrap();
+        for w in waiters {
+            let got = tokio::time::timeout(Duration::from_secs(1), w)
+                .await
+                .unwrap_or_else(|_| panic!("round {rounds}: a waiter not served within 1 s"))
+                .unwrap();
+            slowest = slowest.max(got.saturating_duration_since(released));
+        }
+        rounds += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (kills, odd, marked) = killer.await.unwrap();
+    eprintln!(
+        "{rounds} rounds, {kills} kills ({marked} with a mark listed), slowest served \
+         {slowest:?} after its release"
+    );
+    assert!(
+        rounds >= 20 && kills >= 20,
+        "{rounds} rounds, {kills} kills"
+    );
+    assert!(marked > 0, "no mark was ever listed: the check saw nothing");
+    assert!(
+        odd.is_empty(),
+        "(id, plain, marks) apart for 150 ms: {odd:?}"
+    );
+    let ch = channel_name(name);
+    let mut admin = s.conn();
+    let gone = common::eventually(Duration::from_secs(5), || {
+        count(&mut admin, "NUMSUB", &ch) == 0 && count(&mut admin, "SHARDNUMSUB", &ch) == 0
+    })
+    .await;
+    assert!(gone, "left on the channel: {:?}", counts(&mut admin, name));
+    for c in [holder, a, b] {
+        c.shutdown().await.unwrap();
+    }
 }
