@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::turns::take_and_release;
+use common::turns::{lined_up, take_and_release};
 use common::RedisServer;
 use redis_rlock::protocol::channel_name;
 use redis_rlock::Client;
@@ -249,5 +249,189 @@ async fn killing_the_listener_again_and_again_misses_no_release_and_leaves_no_ma
     assert!(gone, "left on the channel: {:?}", counts(&mut admin, name));
     for c in [holder, a, b] {
         c.shutdown().await.unwrap();
+    }
+}
+
+/// A plain subscriber of `name`'s channel played on a raw connection as user `user`
+/// (Redisson's waiter subscribes so), holding a mark beside it when `mark` (a stray
+/// `SSUBSCRIBE` by another program). Subscribed when this returns.
+fn observer(s: &RedisServer, name: &str, mark: bool) -> redis::Connection {
+    let sends: &[&str] = if mark {
+        &["SSUBSCRIBE", "SUBSCRIBE"]
+    } else {
+        &["SUBSCRIBE"]
+    };
+    subscribed_raw(s, name, sends)
+}
+
+/// A raw connection to `s` that sent each of `sends` for `name`'s channel.
+fn subscribed_raw(s: &RedisServer, name: &str, sends: &[&str]) -> redis::Connection {
+    let mut conn = s.conn();
+    let ch = channel_name(name);
+    for send in sends {
+        let packed = redis::cmd(send).arg(&ch).get_packed_command();
+        conn.send_packed_command(&packed).unwrap();
+        let _: redis::Value = conn.recv_response().unwrap();
+    }
+    conn
+}
+
+/// The numbers `conn` (an [`observer`]) hears up to the unlock message `0`, within 5 s.
+fn heard_until_unlock(mut conn: redis::Connection) -> Vec<i64> {
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut heard = Vec::new();
+    while heard.last() != Some(&0) {
+        let Ok(redis::Value::Array(parts)) = conn.recv_response() else {
+            panic!("no unlock message within 5 s; heard {heard:?}");
+        };
+        let payload: String = redis::from_redis_value(parts[2].clone()).unwrap();
+        heard.push(payload.parse().unwrap());
+    }
+    heard
+}
+
+/// Whether the turn message heard asks its client to yield (`lua/published.lua`: from
+/// 2^49 on); panics without a turn message.
+fn turn_yields(heard: &[i64]) -> bool {
+    let turn = heard
+        .iter()
+        .find(|n| **n >= 1 << 48)
+        .unwrap_or_else(|| panic!("no turn message: {heard:?}"));
+    *turn >= 1 << 49
+}
+
+/// `holder` (not listening) releases `name` with `waiter`'s waiter first in line,
+/// `lingering` (if any) subscribed to the channel without standing in line, and an
+/// observer listening (marked when `mark`): whether the turn given to `waiter` yields.
+/// The waiter must be served within 1 s of the release either way.
+async fn release_with_one_in_line(
+    s: &RedisServer,
+    (holder, waiter, lingering): (&Client, &Client, Option<&Client>),
+    name: &str,
+    mark: bool,
+) -> bool {
+    let ch = channel_name(name);
+    let obs = observer(s, name, mark);
+    let held = holder.lock(name).lock().await.unwrap();
+    if let Some(l) = lingering {
+        // Gives up in line and lingers on the channel (`timers::LINGER`, 200 ms).
+        let gave_up = l
+            .lock(name)
+            .try_lock_for(Duration::from_millis(20), None)
+            .await;
+        assert!(gave_up.unwrap().is_none(), "{name}: the lock was held");
+    }
+    let served = take_and_release(waiter.lock(name));
+    lined_up(s, name, waiter.id()).await;
+    let listeners = 2 + i64::from(lingering.is_some());
+    let all = common::eventually(Duration::from_secs(2), || s.numsub(&ch) == listeners).await;
+    assert!(
+        all,
+        "{name}: {} subscribers, not {listeners}",
+        s.numsub(&ch)
+    );
+    let hearing = tokio::task::spawn_blocking(move || heard_until_unlock(obs));
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let heard = hearing.await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(1), served)
+        .await
+        .unwrap_or_else(|_| panic!("{name}: the waiter was not served within 1 s"))
+        .unwrap();
+    assert!(got.saturating_duration_since(released) < Duration::from_secs(1));
+    turn_yields(&heard)
+}
+
+/// Claims (b) and (c), and what a stray mark costs: a release yields its turn to a
+/// plain subscriber beyond the line (a Redisson waiter), not to a marked one, nor to a
+/// client of this crate that lingers beside the line; and a stray `SSUBSCRIBE` of the
+/// channel by another program hides a Redisson waiter, which is then not yielded to
+/// (the turn's client is served first, as if no Redisson waiter were there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_subscriber_is_yielded_to_and_a_stray_mark_hides_it() {
+    let s = RedisServer::start();
+    let holder = Client::connect(s.url()).await.unwrap();
+    let waiter = Client::connect(s.url()).await.unwrap();
+    let lingerer = Client::connect(s.url()).await.unwrap();
+    let plain = release_with_one_in_line(&s, (&holder, &waiter, None), "am:y:plain", false);
+    assert!(plain.await, "a Redisson waiter was not yielded to");
+    let marked = release_with_one_in_line(&s, (&holder, &waiter, None), "am:y:marked", true);
+    assert!(
+        !marked.await,
+        "a subscriber with a mark beside it was yielded to"
+    );
+    let ours = (&holder, &waiter, Some(&lingerer));
+    let lingering = release_with_one_in_line(&s, ours, "am:y:ours", true);
+    assert!(!lingering.await, "a client of this crate was yielded to");
+    // A Redisson waiter (plain) and another program's mark on the channel.
+    let stray = subscribed_raw(&s, "am:y:stray", &["SSUBSCRIBE"]);
+    let hidden = release_with_one_in_line(&s, (&holder, &waiter, None), "am:y:stray", false);
+    let mut admin = s.conn();
+    assert_eq!(
+        counts(&mut admin, "am:y:stray").1,
+        1,
+        "the stray mark stands"
+    );
+    assert!(
+        !hidden.await,
+        "a stray mark did not hide the Redisson waiter (a finding if it did)"
+    );
+    drop(stray);
+    for c in [holder, waiter, lingerer] {
+        c.shutdown().await.unwrap();
+    }
+}
+
+/// Claim (d), as ACL users whose clients cannot do all of it: each user's waiter is
+/// served within 1 s of a release and its listener marks where it may; a Redisson-like
+/// plain subscriber is yielded to except where the releasing user may not count
+/// subscribers at all (`-pubsub`: the count refused is taken as no, as before the
+/// marks); and a lingering client of the same user is yielded to (2 ms for nobody)
+/// where that user cannot mark (`-ssubscribe`) or the script cannot count marks
+/// (`-pubsub|shardnumsub`), as before the marks, and not otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_users_that_cannot_mark_count_or_name_are_still_served() {
+    let s = RedisServer::start();
+    let mut admin = s.conn();
+    // (user, its rule, marks while waiting, yields to a plain subscriber, to its own)
+    let users = [
+        ("full", "+@all", 1, true, false),
+        ("nossub", "-ssubscribe", 0, true, true),
+        ("nopubsub", "-pubsub", 1, false, false),
+        ("noshardnumsub", "-pubsub|shardnumsub", 1, true, true),
+        ("nosetname", "-client|setname", 1, true, false),
+        // HELLO is not refused to an ACL user denied it: the listener marks.
+        ("nohello", "-hello", 1, true, false),
+    ];
+    for (user, rule, marks, to_plain, to_own) in users {
+        acl(&mut admin, &[user, "on", ">pw", "~*", "&*", "+@all", rule]);
+        let url = url_as(&s, user);
+        let holder = Client::connect(&url).await.unwrap();
+        let waiter = Client::connect(&url).await.unwrap();
+        let lingerer = Client::connect(&url).await.unwrap();
+        let ((plain, marked), after) = wait_and_count(&s, &waiter, &format!("am:acl:{user}")).await;
+        assert!(
+            after < Duration::from_secs(1),
+            "{user}: served {after:?} after"
+        );
+        assert_eq!((plain, marked), (1, marks), "{user}: (subscribers, marks)");
+        let name = format!("am:acl:{user}:plain");
+        let yields = release_with_one_in_line(&s, (&holder, &waiter, None), &name, false);
+        assert_eq!(
+            yields.await,
+            to_plain,
+            "{user}: yields to a plain subscriber"
+        );
+        let name = format!("am:acl:{user}:own");
+        let ours = (&holder, &waiter, Some(&lingerer));
+        let yields = release_with_one_in_line(&s, ours, &name, true);
+        assert_eq!(
+            yields.await,
+            to_own,
+            "{user}: yields to its own lingering client"
+        );
+        for c in [holder, waiter, lingerer] {
+            c.shutdown().await.unwrap();
+        }
     }
 }
