@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::topology::SentinelTopology;
 use common::turns::{lined_up, take_and_release};
 use common::RedisServer;
 use redis_rlock::protocol::channel_name;
@@ -161,14 +162,32 @@ async fn a_greeting_refused_for_a_while_does_not_end_the_marks() {
 /// over, neither a subscription nor a mark is left on the channel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_listener_again_and_again_misses_no_release_and_leaves_no_mark() {
-    let s = RedisServer::start();
+    kills_while_waiting(RedisServer::start(), true).await;
+}
+
+/// The same on a server without `HELLO` (RESP2) and one without `SSUBSCRIBE`: served
+/// as well, and never a mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_listener_of_an_older_server_misses_no_release_either() {
+    for old in ["HELLO", "SSUBSCRIBE"] {
+        kills_while_waiting(
+            RedisServer::start_with(&["--rename-command", old, ""]),
+            false,
+        )
+        .await;
+    }
+}
+
+/// See [`killing_the_listener_again_and_again_misses_no_release_and_leaves_no_mark`];
+/// `marks`: whether the server takes them.
+async fn kills_while_waiting(s: RedisServer, marks: bool) {
     let holder = Client::connect(s.url()).await.unwrap();
     let a = Client::connect(s.url()).await.unwrap();
     let b = Client::connect(s.url()).await.unwrap();
     let name = "am:kills";
     let stop = Arc::new(AtomicBool::new(false));
     let killer = {
-        let (stop, mut conn) = (stop.clone(), s.conn());
+        let (stop, mut conn, with_marks) = (stop.clone(), s.conn(), marks);
         tokio::task::spawn_blocking(move || {
             let (mut kills, mut odd, mut marked, mut tries) = (0u32, Vec::new(), 0u32, 0u64);
             // When each connection was first seen with its counts apart.
@@ -178,9 +197,11 @@ async fn killing_the_listener_again_and_again_misses_no_release_and_leaves_no_ma
                 let subs = subscriptions(&mut conn);
                 let now = Instant::now();
                 marked += u32::from(subs.iter().any(|(_, _, m)| *m > 0));
-                apart.retain(|id, _| subs.iter().any(|(i, p, m)| i == id && p != m));
+                // Marked servers: a mark with each plain subscription; others: none.
+                let fine = |p: i64, m: i64| if with_marks { p == m } else { m == 0 };
+                apart.retain(|id, _| subs.iter().any(|&(i, p, m)| i == *id && !fine(p, m)));
                 for &(id, plain, marks) in &subs {
-                    if plain == marks {
+                    if fine(plain, marks) {
                         continue;
                     }
                     let since = *apart.entry(id).or_insert(now);
@@ -235,7 +256,11 @@ async fn killing_the_listener_again_and_again_misses_no_release_and_leaves_no_ma
         rounds >= 20 && kills >= 20,
         "{rounds} rounds, {kills} kills"
     );
-    assert!(marked > 0, "no mark was ever listed: the check saw nothing");
+    if marks {
+        assert!(marked > 0, "no mark was ever listed: the check saw nothing");
+    } else {
+        assert_eq!(marked, 0, "a server without marks listed one");
+    }
     assert!(
         odd.is_empty(),
         "(id, plain, marks) apart for 150 ms: {odd:?}"
@@ -434,4 +459,116 @@ async fn acl_users_that_cannot_mark_count_or_name_are_still_served() {
             c.shutdown().await.unwrap();
         }
     }
+}
+
+/// The mark is dropped in the same round trip as the plain subscription, on the same
+/// connection: once a waiter's linger is over both are gone within 1 s, and the
+/// listener that held them is still connected (an `SUNSUBSCRIBE` whose reply redis-rs
+/// did not match would end in a timeout and a reconnect, the connection's id gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mark_goes_with_the_subscription_on_the_same_connection() {
+    let s = RedisServer::start();
+    let client = Client::connect(s.url()).await.unwrap();
+    let mut admin = s.conn();
+    for round in 0..3 {
+        let name = format!("am:same:{round}");
+        let held = Client::connect(s.url()).await.unwrap();
+        let guard = held.lock(&name).lock().await.unwrap();
+        let waiter = take_and_release(client.lock(&name));
+        let ch = channel_name(&name);
+        let up = common::eventually(Duration::from_secs(5), || s.numsub(&ch) == 1).await;
+        assert!(up, "round {round}: never subscribed");
+        let marked: Vec<u64> = subscriptions(&mut admin)
+            .into_iter()
+            .filter(|&(_, p, m)| (p, m) == (1, 1))
+            .map(|(id, _, _)| id)
+            .collect();
+        assert_eq!(marked.len(), 1, "round {round}: one marked listener");
+        guard.unlock().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .expect("served")
+            .unwrap();
+        let since = Instant::now();
+        let gone = common::eventually(Duration::from_secs(1), || {
+            counts(&mut admin, &name) == (0, 0)
+        })
+        .await;
+        assert!(gone, "round {round}: {:?} left", counts(&mut admin, &name));
+        let listed = subscriptions(&mut admin);
+        let still = listed.iter().find(|c| c.0 == marked[0]);
+        assert_eq!(
+            still.map(|c| (c.1, c.2)),
+            Some((0, 0)),
+            "round {round}: the listener reconnected ({:?} after the release)",
+            since.elapsed()
+        );
+        held.shutdown().await.unwrap();
+    }
+    client.shutdown().await.unwrap();
+}
+
+/// Claim (a) at a Sentinel failover: a waiter marked on the old master is marked on
+/// the new one after the failover (its plain subscription with it), nothing of it is
+/// left on the old master, and a release on the new master serves it within 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_sentinel_failover_the_mark_is_on_the_new_master_only() {
+    let topo = tokio::task::spawn_blocking(SentinelTopology::start)
+        .await
+        .unwrap();
+    let waiter = Client::sentinel(&topo.sentinel_urls(), &topo.master_name)
+        .response_timeout(Duration::from_millis(1500))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let name = "am:sentinel";
+    let old = topo.current_master_port();
+    let node = |port: u16| topo.nodes().into_iter().find(|n| n.port == port).unwrap();
+    let mut on_old = node(old).conn();
+    held_elsewhere(&mut on_old, name, 60_000);
+    // On every replica before the failover, so the new master has the hold.
+    let _: i64 = redis::cmd("WAIT")
+        .arg(2)
+        .arg(2000)
+        .query(&mut on_old)
+        .unwrap();
+    let served = take_and_release(waiter.lock(name));
+    let up = common::eventually(Duration::from_secs(5), || {
+        counts(&mut on_old, name) == (1, 1)
+    })
+    .await;
+    assert!(
+        up,
+        "not marked on the old master: {:?}",
+        counts(&mut on_old, name)
+    );
+    let new = tokio::task::block_in_place(|| topo.failover());
+    let mut on_new = node(new).conn();
+    let moved = common::eventually(Duration::from_secs(10), || {
+        counts(&mut on_new, name) == (1, 1)
+    })
+    .await;
+    assert!(moved, "on the new master: {:?}", counts(&mut on_new, name));
+    let mut on_old = node(old).conn();
+    let left = common::eventually(Duration::from_secs(5), || {
+        counts(&mut on_old, name) == (0, 0)
+    })
+    .await;
+    assert!(
+        left,
+        "left on the old master: {:?}",
+        counts(&mut on_old, name)
+    );
+    let released = Instant::now();
+    released_elsewhere(&mut on_new, name);
+    let got = tokio::time::timeout(Duration::from_secs(5), served)
+        .await
+        .expect("the waiter was served after the failover")
+        .unwrap();
+    eprintln!(
+        "served {:?} after the release on the new master",
+        got.saturating_duration_since(released)
+    );
+    waiter.shutdown().await.unwrap();
 }
