@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster_setup;
+pub mod marks;
 pub mod monitor;
 pub mod newcomer;
 /// Redisson's scripts typed in once for these tests and the checker (`tests/mc/family/`).

@@ -1,0 +1,197 @@
+//! The listeners' marks seen from outside (`docs/protocol.md` 1.4, 2.6): counts of
+//! plain subscriptions and marks, holds and releases as Redisson's scripts leave them,
+//! raw subscribers, and the turn message a release sends (`tests/adv_marks.rs`).
+
+use std::time::{Duration, Instant};
+
+use redis_rlock::protocol::channel_name;
+use redis_rlock::Client;
+
+use super::turns::{lined_up, take_and_release};
+use super::RedisServer;
+
+/// A holder of another client (Redisson's field layout) for `ms`.
+pub fn held_elsewhere(conn: &mut redis::Connection, name: &str, ms: u64) {
+    let field = "d1b0f1a4-7c2e-4b8a-9f3d-5e6a7b8c9d0e:1";
+    let _: i64 = redis::cmd("HSET")
+        .arg(name)
+        .arg(field)
+        .arg(1)
+        .query(conn)
+        .unwrap();
+    let _: i64 = redis::cmd("PEXPIRE").arg(name).arg(ms).query(conn).unwrap();
+}
+
+/// That holder's release as Redisson's unlock sends it.
+pub fn released_elsewhere(conn: &mut redis::Connection, name: &str) {
+    let _: i64 = redis::cmd("DEL").arg(name).query(conn).unwrap();
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(channel_name(name))
+        .arg("0")
+        .query(conn)
+        .unwrap();
+}
+
+pub fn count(conn: &mut redis::Connection, sub: &str, channel: &str) -> i64 {
+    let v: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg(sub)
+        .arg(channel)
+        .query(conn)
+        .unwrap();
+    redis::from_redis_value(v[1].clone()).unwrap()
+}
+
+/// (plain subscribers, marks) of `name`'s channel.
+pub fn counts(conn: &mut redis::Connection, name: &str) -> (i64, i64) {
+    let ch = channel_name(name);
+    (count(conn, "NUMSUB", &ch), count(conn, "SHARDNUMSUB", &ch))
+}
+
+/// A `client` waiter on `name`, held elsewhere, counted once it subscribed and then
+/// released elsewhere: (plain subscribers, marks) while it waited, and how long after
+/// the release it got the lock (panics past 5 s).
+pub async fn wait_and_count(
+    s: &RedisServer,
+    client: &Client,
+    name: &str,
+) -> ((i64, i64), Duration) {
+    let mut admin = s.conn();
+    held_elsewhere(&mut admin, name, 30_000);
+    let waiter = take_and_release(client.lock(name));
+    let ch = channel_name(name);
+    let subscribed = super::eventually(Duration::from_secs(5), || s.numsub(&ch) == 1).await;
+    assert!(subscribed, "{name}: the waiter never subscribed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let seen = counts(&mut admin, name);
+    let released = Instant::now();
+    released_elsewhere(&mut admin, name);
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap_or_else(|_| panic!("{name}: the waiter was not served within 5 s"))
+        .unwrap();
+    (seen, got.saturating_duration_since(released))
+}
+
+/// `s`'s address as ACL user `user` (password `pw`).
+pub fn url_as(s: &RedisServer, user: &str) -> String {
+    s.url()
+        .replacen("redis://", &format!("redis://{user}:pw@"), 1)
+}
+
+/// Every connection's (id, plain subscriptions, shard subscriptions), from CLIENT LIST.
+pub fn subscriptions(conn: &mut redis::Connection) -> Vec<(u64, i64, i64)> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(conn).unwrap();
+    list.lines()
+        .map(|line| {
+            let field = |k: &str| {
+                line.split(' ')
+                    .find_map(|f| f.strip_prefix(k))
+                    .unwrap_or("0")
+                    .to_string()
+            };
+            (
+                field("id=").parse().unwrap(),
+                field("sub=").parse().unwrap(),
+                field("ssub=").parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+pub fn acl(conn: &mut redis::Connection, args: &[&str]) {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(args)
+        .query(conn)
+        .unwrap();
+}
+
+/// A plain subscriber of `name`'s channel played on a raw connection
+/// (Redisson's waiter subscribes so), holding a mark beside it when `mark` (a stray
+/// `SSUBSCRIBE` by another program). Subscribed when this returns.
+pub fn observer(s: &RedisServer, name: &str, mark: bool) -> redis::Connection {
+    let sends: &[&str] = if mark {
+        &["SSUBSCRIBE", "SUBSCRIBE"]
+    } else {
+        &["SUBSCRIBE"]
+    };
+    subscribed_raw(s, name, sends)
+}
+
+/// A raw connection to `s` that sent each of `sends` for `name`'s channel.
+pub fn subscribed_raw(s: &RedisServer, name: &str, sends: &[&str]) -> redis::Connection {
+    let mut conn = s.conn();
+    let ch = channel_name(name);
+    for send in sends {
+        let packed = redis::cmd(send).arg(&ch).get_packed_command();
+        conn.send_packed_command(&packed).unwrap();
+        let _: redis::Value = conn.recv_response().unwrap();
+    }
+    conn
+}
+
+/// The numbers `conn` (an [`observer`]) hears up to the unlock message `0`, within 5 s.
+pub fn heard_until_unlock(mut conn: redis::Connection) -> Vec<i64> {
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut heard = Vec::new();
+    while heard.last() != Some(&0) {
+        let Ok(redis::Value::Array(parts)) = conn.recv_response() else {
+            panic!("no unlock message within 5 s; heard {heard:?}");
+        };
+        let payload: String = redis::from_redis_value(parts[2].clone()).unwrap();
+        heard.push(payload.parse().unwrap());
+    }
+    heard
+}
+
+/// Whether the turn message heard asks its client to yield (`lua/published.lua`: from
+/// 2^49 on); panics without a turn message.
+pub fn turn_yields(heard: &[i64]) -> bool {
+    let turn = heard
+        .iter()
+        .find(|n| **n >= 1 << 48)
+        .unwrap_or_else(|| panic!("no turn message: {heard:?}"));
+    *turn >= 1 << 49
+}
+
+/// `holder` (not listening) releases `name` with `waiter`'s waiter first in line,
+/// `lingering` (if any) subscribed to the channel without standing in line, and an
+/// observer listening (marked when `mark`): whether the turn given to `waiter` yields.
+/// The waiter must be served within 1 s of the release either way.
+pub async fn release_with_one_in_line(
+    s: &RedisServer,
+    (holder, waiter, lingering): (&Client, &Client, Option<&Client>),
+    name: &str,
+    mark: bool,
+) -> bool {
+    let ch = channel_name(name);
+    let obs = observer(s, name, mark);
+    let held = holder.lock(name).lock().await.unwrap();
+    if let Some(l) = lingering {
+        // Gives up in line and lingers on the channel (`timers::LINGER`, 200 ms).
+        let gave_up = l
+            .lock(name)
+            .try_lock_for(Duration::from_millis(20), None)
+            .await;
+        assert!(gave_up.unwrap().is_none(), "{name}: the lock was held");
+    }
+    let served = take_and_release(waiter.lock(name));
+    lined_up(s, name, waiter.id()).await;
+    let listeners = 2 + i64::from(lingering.is_some());
+    let all = super::eventually(Duration::from_secs(2), || s.numsub(&ch) == listeners).await;
+    assert!(
+        all,
+        "{name}: {} subscribers, not {listeners}",
+        s.numsub(&ch)
+    );
+    let hearing = tokio::task::spawn_blocking(move || heard_until_unlock(obs));
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let heard = hearing.await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(1), served)
+        .await
+        .unwrap_or_else(|_| panic!("{name}: the waiter was not served within 1 s"))
+        .unwrap();
+    assert!(got.saturating_duration_since(released) < Duration::from_secs(1));
+    turn_yields(&heard)
+}
