@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::marks::{
-    acl, count, counts, held_elsewhere, release_with_one_in_line, released_elsewhere,
-    subscribed_raw, subscriptions, url_as, wait_and_count,
+    acl, count, counts, held_elsewhere, redisson_lock_loop, release_with_one_in_line,
+    released_elsewhere, subscribed_raw, subscriptions, url_as, wait_and_count,
 };
 use common::topology::SentinelTopology;
 use common::turns::take_and_release;
@@ -393,4 +393,80 @@ async fn after_a_sentinel_failover_the_mark_is_on_the_new_master_only() {
         got.saturating_duration_since(released)
     );
     waiter.shutdown().await.unwrap();
+}
+
+/// What a stray mark, or an ACL user that cannot mark or count, costs a Redisson
+/// `lock()` waiter among two clients' four contending tasks (1 ms holds, 3 s): with a
+/// stray mark or `-pubsub` it is not yielded to, and waits longer, but is not starved:
+/// woken by every release, it still wins some races, and no wait reaches 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_waiter_is_not_starved_by_a_stray_mark_or_an_acl_user() {
+    let s = RedisServer::start();
+    let mut admin = s.conn();
+    acl(
+        &mut admin,
+        &["nossub", "on", ">pw", "~*", "&*", "+@all", "-ssubscribe"],
+    );
+    acl(
+        &mut admin,
+        &["nopubsub", "on", ">pw", "~*", "&*", "+@all", "-pubsub"],
+    );
+    let cases = [
+        ("default", s.url(), false),
+        ("default, a stray mark", s.url(), true),
+        ("nossub", url_as(&s, "nossub"), false),
+        ("nopubsub", url_as(&s, "nopubsub"), false),
+    ];
+    for (round, (what, url, stray)) in cases.into_iter().enumerate() {
+        let name = format!("am:starve:{round}");
+        let _mark = stray.then(|| subscribed_raw(&s, &name, &["SSUBSCRIBE"]));
+        let (got, longest, grants) = contend_beside_redisson(&s, &url, &name).await;
+        eprintln!("{what}: the Redisson waiter got it {got} times, longest wait {longest:?}; the tasks {grants}");
+        assert!(
+            got >= 10,
+            "{what}: the Redisson waiter got it {got} times in 3 s"
+        );
+        assert!(
+            longest < Duration::from_secs(1),
+            "{what}: waited {longest:?}"
+        );
+    }
+}
+
+/// Two clients of `url`, two tasks each, contend for `name` (1 ms holds) while a
+/// Redisson `lock()` waiter loops for 3 s: (its wins, its longest wait, the tasks' wins).
+async fn contend_beside_redisson(s: &RedisServer, url: &str, name: &str) -> (u64, Duration, u64) {
+    let clients = [
+        Client::connect(url).await.unwrap(),
+        Client::connect(url).await.unwrap(),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for c in clients.iter().chain(clients.iter()) {
+        let (lock, stop) = (c.lock(name), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) && n < 20_000 {
+                let g = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                g.unlock().await.unwrap();
+                n += 1;
+            }
+            n
+        }));
+    }
+    let (peer_url, peer_name) = (s.url(), name.to_string());
+    let peer = tokio::task::spawn_blocking(move || {
+        redisson_lock_loop(&peer_url, &peer_name, Duration::from_secs(3))
+    });
+    let (got, longest) = peer.await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let mut grants = 0;
+    for t in tasks {
+        grants += t.await.unwrap();
+    }
+    for c in clients {
+        c.shutdown().await.unwrap();
+    }
+    (got, longest, grants)
 }

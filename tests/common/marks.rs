@@ -195,3 +195,35 @@ pub async fn release_with_one_in_line(
     assert!(got.saturating_duration_since(released) < Duration::from_secs(1));
     turn_yields(&heard)
 }
+
+/// Redisson's `lock()` on `name` in a loop for `run`: the acquire script; when busy, a
+/// wait for `0`/`1` on the channel or the returned TTL; a 1 ms hold, Redisson's unlock.
+/// Returns (times it got the lock, its longest wait).
+pub fn redisson_lock_loop(url: &str, name: &str, run: Duration) -> (u64, Duration) {
+    use super::redisson_waiter::{acquire, subscribed, unlock};
+    let field = "d1b0f1a4-7c2e-4b8a-9f3d-5e6a7b8c9d0e:7";
+    subscribed(url, name, |conn, pubsub| {
+        let end = Instant::now() + run;
+        let (mut got, mut longest, mut req) = (0, Duration::ZERO, 0u64);
+        'run: while Instant::now() < end {
+            let since = Instant::now();
+            while let Some(ttl) = acquire(conn, name, 30_000, field) {
+                let left = end.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    longest = longest.max(since.elapsed());
+                    break 'run;
+                }
+                let until = Instant::now() + Duration::from_millis(ttl.max(1) as u64).min(left);
+                let mut heard = Vec::new();
+                super::redisson_waiter::sleep_until_unlock_message(pubsub, until, &mut heard);
+            }
+            got += 1;
+            longest = longest.max(since.elapsed());
+            std::thread::sleep(Duration::from_millis(1));
+            req += 1;
+            assert_eq!(unlock(conn, name, &format!("{req:032x}"), field), Some(1));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        (got, longest)
+    })
+}
