@@ -470,3 +470,55 @@ async fn contend_beside_redisson(s: &RedisServer, url: &str, name: &str) -> (u64
     }
     (got, longest, grants)
 }
+
+/// Claim (a) over TLS: a server with a plain port (for the checks) and a TLS one (for
+/// the client, its certificate self-signed by `openssl`): the listener marks over TLS,
+/// and its waiter is served within 1 s of a release. Runs with `--features tls-rustls`.
+#[cfg(feature = "tls-rustls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_listener_marks_too() {
+    let dir = std::env::temp_dir().join(format!("adv-marks-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("c.pem"), dir.join("k.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "openssl: {made:?}");
+    let tls_port = common::free_port().to_string();
+    let (c, k) = (cert.display().to_string(), key.display().to_string());
+    let s = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &c,
+        "--tls-key-file",
+        &k,
+        "--tls-ca-cert-file",
+        &c,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let client = Client::builder(format!("rediss://127.0.0.1:{tls_port}"))
+        .tls_root_cert(std::fs::read(&cert).unwrap())
+        .build()
+        .await
+        .unwrap();
+    let ((plain, marks), after) = wait_and_count(&s, &client, "am:tls").await;
+    assert_eq!((plain, marks), (1, 1), "over TLS");
+    assert!(after < Duration::from_secs(1), "{after:?}");
+    client.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
