@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::marks::{
-    acl, count, counts, held_elsewhere, redisson_lock_loop, release_with_one_in_line,
+    acl, contend_beside_redisson, count, counts, held_elsewhere, release_with_one_in_line,
     released_elsewhere, subscribed_raw, subscriptions, url_as, wait_and_count,
 };
 use common::topology::SentinelTopology;
@@ -431,44 +431,6 @@ async fn a_redisson_waiter_is_not_starved_by_a_stray_mark_or_an_acl_user() {
             "{what}: waited {longest:?}"
         );
     }
-}
-
-/// Two clients of `url`, two tasks each, contend for `name` (1 ms holds) while a
-/// Redisson `lock()` waiter loops for 3 s: (its wins, its longest wait, the tasks' wins).
-async fn contend_beside_redisson(s: &RedisServer, url: &str, name: &str) -> (u64, Duration, u64) {
-    let clients = [
-        Client::connect(url).await.unwrap(),
-        Client::connect(url).await.unwrap(),
-    ];
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for c in clients.iter().chain(clients.iter()) {
-        let (lock, stop) = (c.lock(name), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) && n < 20_000 {
-                let g = lock.lock().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                g.unlock().await.unwrap();
-                n += 1;
-            }
-            n
-        }));
-    }
-    let (peer_url, peer_name) = (s.url(), name.to_string());
-    let peer = tokio::task::spawn_blocking(move || {
-        redisson_lock_loop(&peer_url, &peer_name, Duration::from_secs(3))
-    });
-    let (got, longest) = peer.await.unwrap();
-    stop.store(true, Ordering::Relaxed);
-    let mut grants = 0;
-    for t in tasks {
-        grants += t.await.unwrap();
-    }
-    for c in clients {
-        c.shutdown().await.unwrap();
-    }
-    (got, longest, grants)
 }
 
 /// Claim (a) over TLS: a server with a plain port (for the checks) and a TLS one (for

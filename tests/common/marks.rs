@@ -2,6 +2,8 @@
 //! plain subscriptions and marks, holds and releases as Redisson's scripts leave them,
 //! raw subscribers, and the turn message a release sends (`tests/adv_marks.rs`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_rlock::protocol::channel_name;
@@ -226,4 +228,46 @@ pub fn redisson_lock_loop(url: &str, name: &str, run: Duration) -> (u64, Duratio
         }
         (got, longest)
     })
+}
+
+/// Two clients of `url`, two tasks each, contend for `name` (1 ms holds) while a
+/// Redisson `lock()` waiter loops for 3 s: (its wins, its longest wait, the tasks' wins).
+pub async fn contend_beside_redisson(
+    s: &RedisServer,
+    url: &str,
+    name: &str,
+) -> (u64, Duration, u64) {
+    let clients = [
+        Client::connect(url).await.unwrap(),
+        Client::connect(url).await.unwrap(),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for c in clients.iter().chain(clients.iter()) {
+        let (lock, stop) = (c.lock(name), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) && n < 20_000 {
+                let g = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                g.unlock().await.unwrap();
+                n += 1;
+            }
+            n
+        }));
+    }
+    let (peer_url, peer_name) = (s.url(), name.to_string());
+    let peer = tokio::task::spawn_blocking(move || {
+        redisson_lock_loop(&peer_url, &peer_name, Duration::from_secs(3))
+    });
+    let (got, longest) = peer.await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let mut grants = 0;
+    for t in tasks {
+        grants += t.await.unwrap();
+    }
+    for c in clients {
+        c.shutdown().await.unwrap();
+    }
+    (got, longest, grants)
 }
