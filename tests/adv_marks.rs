@@ -440,25 +440,7 @@ async fn a_redisson_waiter_is_not_starved_by_a_stray_mark_or_an_acl_user() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_the_listener_marks_too() {
     let dir = std::env::temp_dir().join(format!("adv-marks-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cert, key) = (dir.join("c.pem"), dir.join("k.pem"));
-    let made = std::process::Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "openssl: {made:?}");
+    let (cert, key) = common::marks::self_signed(&dir);
     let tls_port = common::free_port().to_string();
     let (c, k) = (cert.display().to_string(), key.display().to_string());
     let s = RedisServer::start_with(&[
@@ -483,4 +465,21 @@ async fn over_tls_the_listener_marks_too() {
     assert!(after < Duration::from_secs(1), "{after:?}");
     client.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server without `HELLO` replaced by one with it behind the same address (an
+/// upgrade in place; a Sentinel failover to an upgraded replica is the same to the
+/// listener): after the reconnect the listener speaks RESP3 and marks. Before the fix
+/// it had latched RESP2 at the old server for the client's life (`(1, 0)`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_upgraded_behind_the_same_address_is_marked_after_the_reconnect() {
+    let mut s = RedisServer::start_with(&["--rename-command", "HELLO", ""]);
+    let client = Client::connect(s.url()).await.unwrap();
+    let ((plain, marks), _) = wait_and_count(&s, &client, "am:upgrade:before").await;
+    assert_eq!((plain, marks), (1, 0), "no marks without HELLO");
+    s.restart_with(&[]);
+    let ((plain, marks), after) = wait_and_count(&s, &client, "am:upgrade:after").await;
+    assert!(after < Duration::from_secs(1), "{after:?}");
+    assert_eq!((plain, marks), (1, 1), "RESP2 latched at the old server");
+    client.shutdown().await.unwrap();
 }

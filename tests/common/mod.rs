@@ -301,6 +301,13 @@ impl RedisServer {
         }
     }
 
+    /// Starts the server again on the same port with other extra arguments: another
+    /// server (an upgrade, say) behind the same address.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
+        self.restart();
+    }
+
     /// Sends a signal (`STOP`, `CONT`, ...) to the server.
     pub fn signal(&self, sig: &str) {
         let st = Command::new("kill")

@@ -41,24 +41,21 @@ pub(super) enum Listener {
 
 impl Listener {
     /// Opens a listener on `client`'s server within `connect`, named `name` where it
-    /// speaks RESP3 (`docs/protocol.md` 1.6). `resp2` is set for good once the server
-    /// answered that it does not know RESP3's greeting; any other refusal of it (a
-    /// disabled user, a full server) passes, so this connection only goes without marks.
+    /// speaks RESP3 (`docs/protocol.md` 1.6). A server that answers RESP3's greeting
+    /// with an error is listened to over RESP2 on this connection only: the next one
+    /// asks again, since the refusal may not last (a disabled user, a full server, an
+    /// older server upgraded behind the same address or failed over to a newer one).
     pub(super) async fn open(
         client: &redis::Client,
         name: &str,
-        resp2: &mut bool,
         (connect, response): (Duration, Duration),
     ) -> Result<Listener, String> {
-        if !*resp2 {
-            match open_resp3(client, name, connect, response).await {
-                Ok(listener) => return Ok(listener),
-                Err(e) if server_refused(&e) => {
-                    tracing::debug!(error = %e, "no RESP3 for pub/sub; listening without marks");
-                    *resp2 = unknown_command(&e);
-                }
-                Err(e) => return Err(e.to_string()),
+        match open_resp3(client, name, connect, response).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) if server_refused(&e) => {
+                tracing::debug!(error = %e, "no RESP3 for pub/sub; listening without marks");
             }
+            Err(e) => return Err(e.to_string()),
         }
         let pubsub = tokio::time::timeout(connect, client.get_async_pubsub())
             .await
@@ -194,13 +191,6 @@ async fn open_resp3(
 /// An error the server answered, as opposed to a broken or slow connection.
 fn server_refused(e: &redis::RedisError) -> bool {
     !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal())
-}
-
-/// Whether the server does not know the command `e` answers, in Redis 7's wording
-/// (which redis-rs reads as "no RESP3") or an older server's.
-fn unknown_command(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::RESP3NotSupported
-        || e.detail().is_some_and(|d| d.starts_with("unknown command"))
 }
 
 /// Sends each `(command, channel)` in order and waits for every reply, within `limit`.
