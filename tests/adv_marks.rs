@@ -6,14 +6,12 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::marks::{
-    acl, contend_beside_redisson, count, counts, held_elsewhere, release_with_one_in_line,
-    released_elsewhere, subscribed_raw, subscriptions, url_as, wait_and_count,
+    acl, contend_beside_redisson, counts, held_elsewhere, kills_while_waiting,
+    release_with_one_in_line, released_elsewhere, subscribed_raw, subscriptions, url_as,
+    wait_and_count,
 };
 use common::topology::SentinelTopology;
 use common::turns::take_and_release;
@@ -87,105 +85,6 @@ async fn killing_the_listener_of_an_older_server_misses_no_release_either() {
             false,
         )
         .await;
-    }
-}
-
-/// See [`killing_the_listener_again_and_again_misses_no_release_and_leaves_no_mark`];
-/// `marks`: whether the server takes them.
-async fn kills_while_waiting(s: RedisServer, marks: bool) {
-    let holder = Client::connect(s.url()).await.unwrap();
-    let a = Client::connect(s.url()).await.unwrap();
-    let b = Client::connect(s.url()).await.unwrap();
-    let name = "am:kills";
-    let stop = Arc::new(AtomicBool::new(false));
-    let killer = {
-        let (stop, mut conn, with_marks) = (stop.clone(), s.conn(), marks);
-        tokio::task::spawn_blocking(move || {
-            let (mut kills, mut odd, mut marked, mut tries) = (0u32, Vec::new(), 0u32, 0u64);
-            // When each connection was first seen with its counts apart.
-            let mut apart: HashMap<u64, Instant> = HashMap::new();
-            let end = Instant::now() + Duration::from_secs(20);
-            while !stop.load(Ordering::Relaxed) && Instant::now() < end {
-                let subs = subscriptions(&mut conn);
-                let now = Instant::now();
-                marked += u32::from(subs.iter().any(|(_, _, m)| *m > 0));
-                // Marked servers: a mark with each plain subscription; others: none.
-                let fine = |p: i64, m: i64| if with_marks { p == m } else { m == 0 };
-                apart.retain(|id, _| subs.iter().any(|&(i, p, m)| i == *id && !fine(p, m)));
-                for &(id, plain, marks) in &subs {
-                    if fine(plain, marks) {
-                        continue;
-                    }
-                    let since = *apart.entry(id).or_insert(now);
-                    if now - since > Duration::from_millis(150) {
-                        odd.push((id, plain, marks));
-                    }
-                }
-                let victim = subs.iter().find(|(_, p, _)| *p > 0).map(|s| s.0);
-                tries += 1;
-                let by_id = tries % 2 == 1;
-                let mut kill = redis::cmd("CLIENT");
-                kill.arg("KILL");
-                match victim.filter(|_| by_id) {
-                    Some(id) => kill.arg("ID").arg(id),
-                    None => kill.arg("TYPE").arg("pubsub"),
-                };
-                let killed: i64 = kill.query(&mut conn).unwrap_or(0);
-                kills += u32::from(killed > 0);
-                std::thread::sleep(Duration::from_millis(5 + tries % 4 * 10));
-            }
-            (kills, odd, marked)
-        })
-    };
-    let (mut slowest, mut rounds) = (Duration::ZERO, 0);
-    let end = Instant::now() + Duration::from_secs(8);
-    while rounds < 150 && Instant::now() < end {
-        let held = holder.lock(name).lock().await.unwrap();
-        let waiters = [
-            take_and_release(a.lock(name)),
-            take_and_release(b.lock(name)),
-        ];
-        // Waiting, listening or not (a kill may have just cut their listener).
-        tokio::time::sleep(Duration::from_millis(3 + (rounds % 5) * 4)).await;
-        let released = Instant::now();
-        held.unlock().await.unwrap();
-        for w in waiters {
-            let got = tokio::time::timeout(Duration::from_secs(1), w)
-                .await
-                .unwrap_or_else(|_| panic!("round {rounds}: a waiter not served within 1 s"))
-                .unwrap();
-            slowest = slowest.max(got.saturating_duration_since(released));
-        }
-        rounds += 1;
-    }
-    stop.store(true, Ordering::Relaxed);
-    let (kills, odd, marked) = killer.await.unwrap();
-    eprintln!(
-        "{rounds} rounds, {kills} kills ({marked} with a mark listed), slowest served \
-         {slowest:?} after its release"
-    );
-    assert!(
-        rounds >= 20 && kills >= 20,
-        "{rounds} rounds, {kills} kills"
-    );
-    if marks {
-        assert!(marked > 0, "no mark was ever listed: the check saw nothing");
-    } else {
-        assert_eq!(marked, 0, "a server without marks listed one");
-    }
-    assert!(
-        odd.is_empty(),
-        "(id, plain, marks) apart for 150 ms: {odd:?}"
-    );
-    let ch = channel_name(name);
-    let mut admin = s.conn();
-    let gone = common::eventually(Duration::from_secs(5), || {
-        count(&mut admin, "NUMSUB", &ch) == 0 && count(&mut admin, "SHARDNUMSUB", &ch) == 0
-    })
-    .await;
-    assert!(gone, "left on the channel: {:?}", counts(&mut admin, name));
-    for c in [holder, a, b] {
-        c.shutdown().await.unwrap();
     }
 }
 
@@ -484,4 +383,29 @@ async fn a_server_upgraded_behind_the_same_address_is_marked_after_the_reconnect
     assert!(after < Duration::from_secs(1), "{after:?}");
     assert_eq!((plain, marks), (1, 1), "RESP2 latched at the old server");
     client.shutdown().await.unwrap();
+}
+
+/// A client dropped without `shutdown`, its waiter cancelled mid-wait, leaves neither
+/// its subscription nor its mark behind (a mark left for good would hide every
+/// Redisson waiter of the channel): both gone within 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_dropped_mid_wait_leaves_no_mark() {
+    let s = RedisServer::start();
+    let mut admin = s.conn();
+    let name = "am:dropped";
+    held_elsewhere(&mut admin, name, 30_000);
+    let client = Client::connect(s.url()).await.unwrap();
+    let waiter = take_and_release(client.lock(name));
+    let marked = common::eventually(Duration::from_secs(5), || {
+        counts(&mut admin, name) == (1, 1)
+    })
+    .await;
+    assert!(marked, "never marked: {:?}", counts(&mut admin, name));
+    waiter.abort();
+    drop(client);
+    let gone = common::eventually(Duration::from_secs(2), || {
+        counts(&mut admin, name) == (0, 0)
+    })
+    .await;
+    assert!(gone, "left behind: {:?}", counts(&mut admin, name));
 }
