@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster_setup;
+pub mod marks;
 pub mod monitor;
 pub mod newcomer;
 /// Redisson's scripts typed in once for these tests and the checker (`tests/mc/family/`).
@@ -298,6 +299,13 @@ impl RedisServer {
             assert!(start.elapsed() < Duration::from_secs(10), "restart failed");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Starts the server again on the same port with other extra arguments: another
+    /// server (an upgrade, say) behind the same address.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
+        self.restart();
     }
 
     /// Sends a signal (`STOP`, `CONT`, ...) to the server.

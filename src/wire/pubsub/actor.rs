@@ -20,7 +20,6 @@ pub(super) async fn actor(
     name: String,
 ) {
     let mut backoff = Duration::from_millis(20);
-    let mut resp2 = false;
     // Wait for the first waiter before opening a connection at all.
     let mut pending: Vec<Command> = match rx.recv().await {
         Some(c) => vec![c],
@@ -43,7 +42,7 @@ pub(super) async fn actor(
         };
         let client = source.client();
         let limits = (connect_timeout, response_timeout);
-        let opened = Listener::open(&client, &name, &mut resp2, limits).await;
+        let opened = Listener::open(&client, &name, limits).await;
         let mut listener = match opened {
             Ok(l) => l,
             Err(e) => {

@@ -41,23 +41,21 @@ pub(super) enum Listener {
 
 impl Listener {
     /// Opens a listener on `client`'s server within `connect`, named `name` where it
-    /// speaks RESP3 (`docs/protocol.md` 1.6). `resp2` is set for good once the server
-    /// answered RESP3's greeting with an error of its own.
+    /// speaks RESP3 (`docs/protocol.md` 1.6). A server that answers RESP3's greeting
+    /// with an error is listened to over RESP2 on this connection only: the next one
+    /// asks again, since the refusal may not last (a disabled user, a full server, an
+    /// older server upgraded behind the same address or failed over to a newer one).
     pub(super) async fn open(
         client: &redis::Client,
         name: &str,
-        resp2: &mut bool,
         (connect, response): (Duration, Duration),
     ) -> Result<Listener, String> {
-        if !*resp2 {
-            match open_resp3(client, name, connect, response).await {
-                Ok(listener) => return Ok(listener),
-                Err(e) if server_refused(&e) => {
-                    tracing::debug!(error = %e, "no RESP3 for pub/sub; listening without marks");
-                    *resp2 = true;
-                }
-                Err(e) => return Err(e.to_string()),
+        match open_resp3(client, name, connect, response).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) if server_refused(&e) => {
+                tracing::debug!(error = %e, "no RESP3 for pub/sub; listening without marks");
             }
+            Err(e) => return Err(e.to_string()),
         }
         let pubsub = tokio::time::timeout(connect, client.get_async_pubsub())
             .await
