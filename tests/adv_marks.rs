@@ -13,6 +13,7 @@ use common::marks::{
     release_with_one_in_line, released_elsewhere, subscribed_raw, subscriptions, url_as,
     wait_and_count,
 };
+#[cfg(feature = "sentinel")]
 use common::topology::SentinelTopology;
 use common::turns::take_and_release;
 use common::RedisServer;
@@ -232,6 +233,7 @@ async fn the_mark_goes_with_the_subscription_on_the_same_connection() {
 /// Claim (a) at a Sentinel failover: a waiter marked on the old master is marked on
 /// the new one after the failover (its plain subscription with it), nothing of it is
 /// left on the old master, and a release on the new master serves it within 5 s.
+#[cfg(feature = "sentinel")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_sentinel_failover_the_mark_is_on_the_new_master_only() {
     let topo = tokio::task::spawn_blocking(SentinelTopology::start)
