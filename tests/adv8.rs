@@ -71,3 +71,72 @@ async fn a_waiter_with_a_lease_just_under_the_limit_leaves_no_line_without_ttl()
 async fn a_waiter_with_a_lease_at_the_limit_leaves_no_line_without_ttl() {
     huge_lease_waiter_leaves_no_key_without_ttl(Duration::from_millis(1 << 62)).await;
 }
+
+/// Odd names: braces that do or do not make a hash tag, glob characters (which must not
+/// reach a pattern command), control bytes, the longest name and one byte more. For
+/// each: a holder, a waiter of another client woken by its release, and a fair lock, a
+/// read-write lock and a semaphore of the same name; every answer typed, every key left
+/// with a TTL but Redisson's own counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_names_work_or_get_typed_errors_and_leave_no_key_without_ttl() {
+    let s = RedisServer::start();
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    let long = "n".repeat(redis_rlock::MAX_NAME_LEN);
+    let too_long = "n".repeat(redis_rlock::MAX_NAME_LEN + 1);
+    let names: Vec<&str> = vec![
+        "{", "}", "{}", "a{", "{a", "}{", "a}b", "{}x", "a{b}c{d}", "*", "?", "[a-z]*", "\\",
+        "a\0b", "é🔒", " ", "\n", "a:t", "{a}:t", &long,
+    ];
+    for name in names {
+        let shown: String = name.chars().take(20).collect();
+        let g = a.lock(name).lock().await.unwrap_or_else(|e| panic!("{shown:?}: {e:?}"));
+        let waiter = b.lock(name);
+        let w = tokio::spawn(async move {
+            waiter
+                .try_lock_for(Duration::from_secs(3), None)
+                .await
+                .map(|g| g.is_some())
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let t0 = std::time::Instant::now();
+        g.unlock().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(4), w).await;
+        assert!(
+            matches!(got, Ok(Ok(Ok(true)))),
+            "{shown:?}: the waiter gave {got:?}"
+        );
+        assert!(t0.elapsed() < Duration::from_millis(500), "{shown:?}: woken after {:?}", t0.elapsed());
+        // b's hold is released when its guard was dropped in the task: wait for the key.
+        let gone = common::eventually(Duration::from_secs(2), || {
+            s.cmd::<i64>(&["EXISTS", name]) == 0
+        })
+        .await;
+        assert!(gone, "{shown:?}: the lock stayed held");
+        // The other kinds of the same name, one after the other.
+        let f = a.fair_lock(name).lock().await.unwrap_or_else(|e| panic!("{shown:?}: {e:?}"));
+        f.unlock().await.unwrap();
+        let rw = a.read_write_lock(name);
+        let r = rw.read().lock().await.unwrap_or_else(|e| panic!("{shown:?}: {e:?}"));
+        r.unlock().await.unwrap();
+        let wg = rw.write().lock().await.unwrap();
+        wg.unlock().await.unwrap();
+        let left = pttls(&s, &[]);
+        for (k, t) in &left {
+            assert!(*t != -1, "{shown:?}: {:?} has no TTL", k.chars().take(60).collect::<String>());
+        }
+    }
+    for bad in ["", too_long.as_str()] {
+        let r = a.lock(bad).try_lock().await;
+        assert!(
+            matches!(r, Err(Error::EmptyName) | Err(Error::NameTooLong { .. })),
+            "{:?}",
+            r.map(|g| g.is_some())
+        );
+        let r = a.semaphore(bad).try_set_permits(1).await;
+        assert!(
+            matches!(r, Err(Error::EmptyName) | Err(Error::NameTooLong { .. })),
+            "{r:?}"
+        );
+    }
+}
