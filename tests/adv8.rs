@@ -41,7 +41,10 @@ async fn huge_lease_waiter_leaves_no_key_without_ttl(lease: Duration) {
     let left = pttls(&s, &[]);
     eprintln!("keys left: {left:?}");
     for (k, t) in &left {
-        assert!(*t != -1, "{k} has no TTL (lease {lease:?}); call gave {res:?}");
+        assert!(
+            *t != -1,
+            "{k} has no TTL (lease {lease:?}); call gave {res:?}"
+        );
     }
     // And the call itself: a typed input error, or a timeout, never a server error.
     match res {
@@ -90,7 +93,11 @@ async fn odd_names_work_or_get_typed_errors_and_leave_no_key_without_ttl() {
     ];
     for name in names {
         let shown: String = name.chars().take(20).collect();
-        let g = a.lock(name).lock().await.unwrap_or_else(|e| panic!("{shown:?}: {e:?}"));
+        let g = a
+            .lock(name)
+            .lock()
+            .await
+            .unwrap_or_else(|e| panic!("{shown:?}: {e:?}"));
         let waiter = b.lock(name);
         let w = tokio::spawn(async move {
             waiter
@@ -106,7 +113,11 @@ async fn odd_names_work_or_get_typed_errors_and_leave_no_key_without_ttl() {
             matches!(got, Ok(Ok(Ok(true)))),
             "{shown:?}: the waiter gave {got:?}"
         );
-        assert!(t0.elapsed() < Duration::from_millis(500), "{shown:?}: woken after {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "{shown:?}: woken after {:?}",
+            t0.elapsed()
+        );
         // b's hold is released when its guard was dropped in the task: wait for the key.
         let gone = common::eventually(Duration::from_secs(2), || {
             s.cmd::<i64>(&["EXISTS", name]) == 0
@@ -114,16 +125,28 @@ async fn odd_names_work_or_get_typed_errors_and_leave_no_key_without_ttl() {
         .await;
         assert!(gone, "{shown:?}: the lock stayed held");
         // The other kinds of the same name, one after the other.
-        let f = a.fair_lock(name).lock().await.unwrap_or_else(|e| panic!("{shown:?}: {e:?}"));
+        let f = a
+            .fair_lock(name)
+            .lock()
+            .await
+            .unwrap_or_else(|e| panic!("{shown:?}: {e:?}"));
         f.unlock().await.unwrap();
         let rw = a.read_write_lock(name);
-        let r = rw.read().lock().await.unwrap_or_else(|e| panic!("{shown:?}: {e:?}"));
+        let r = rw
+            .read()
+            .lock()
+            .await
+            .unwrap_or_else(|e| panic!("{shown:?}: {e:?}"));
         r.unlock().await.unwrap();
         let wg = rw.write().lock().await.unwrap();
         wg.unlock().await.unwrap();
         let left = pttls(&s, &[]);
         for (k, t) in &left {
-            assert!(*t != -1, "{shown:?}: {:?} has no TTL", k.chars().take(60).collect::<String>());
+            assert!(
+                *t != -1,
+                "{shown:?}: {:?} has no TTL",
+                k.chars().take(60).collect::<String>()
+            );
         }
     }
     for bad in ["", too_long.as_str()] {
@@ -156,7 +179,13 @@ fn out_of_memory(s: &RedisServer) {
 /// free the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kinds_unlock_frees_the_lock_out_of_memory() {
-    for kind in ["fenced", "fair", "write-with-reader", "read-with-writer", "fenced-own"] {
+    for kind in [
+        "fenced",
+        "fair",
+        "write-with-reader",
+        "read-with-writer",
+        "fenced-own",
+    ] {
         let s = RedisServer::start();
         let a = Client::connect(s.url()).await.unwrap();
         let b = Client::connect(s.url()).await.unwrap();
@@ -216,11 +245,124 @@ async fn a_refused_incr_of_a_sound_counter_is_not_reported_as_a_corrupt_counter(
     let r = a.fenced_lock("adv8:fence").try_lock().await;
     let _: () = s.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
     let counter: String = s.cmd(&["GET", "redisson_lock_token:{adv8:fence}"]);
-    eprintln!("fenced try_lock out of memory: {:?}; counter {counter}", r.as_ref().map(|g| g.is_some()));
+    eprintln!(
+        "fenced try_lock out of memory: {:?}; counter {counter}",
+        r.as_ref().map(|g| g.is_some())
+    );
     assert_eq!(counter, "5");
     assert!(
         !matches!(r, Err(Error::BadTokenCounter { .. })),
         "a sound counter reported corrupt: {:?}",
         r.map(|g| g.is_some())
     );
+}
+
+/// Cancellation of the kinds `tests/cancel_churn.rs` leaves out: a waiter of client B is
+/// aborted at 0-4 ms after the holder of client A lets go (so some aborts land while
+/// B's grant is in flight), 40 rounds per kind; then A must get the whole thing back,
+/// and no key may be left without a TTL (the semaphores' count keys are Redisson's and
+/// have none by design).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waiters_of_rw_and_semaphores_leave_nothing_taken() {
+    let s = RedisServer::start();
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    let (sem_a, sem_b) = (a.semaphore("adv8:sem"), b.semaphore("adv8:sem"));
+    assert!(sem_a.try_set_permits(1).await.unwrap());
+    let (per_a, per_b) = (
+        a.permit_expirable_semaphore("adv8:per"),
+        b.permit_expirable_semaphore("adv8:per"),
+    );
+    assert!(per_a.try_set_permits(1).await.unwrap());
+    for kind in [
+        "write/write",
+        "write/read",
+        "read/write",
+        "semaphore",
+        "permits",
+    ] {
+        for i in 0..40u64 {
+            let rw_a = a.read_write_lock("adv8:rw");
+            let rw_b = b.read_write_lock("adv8:rw");
+            let (sem_b, per_b) = (sem_b.clone(), per_b.clone());
+            // A takes the thing.
+            let mut held_lock = None;
+            let mut held_permit = None;
+            match kind {
+                "write/write" | "write/read" => {
+                    held_lock = Some(rw_a.write().lock().await.unwrap())
+                }
+                "read/write" => held_lock = Some(rw_a.read().lock().await.unwrap()),
+                "semaphore" => sem_a.acquire(1).await.unwrap(),
+                _ => held_permit = Some(per_a.acquire(Duration::from_secs(5)).await.unwrap()),
+            }
+            let kind2 = kind.to_string();
+            // Whether B ended holding semaphore permits (then given back below).
+            let w = tokio::spawn(async move {
+                match kind2.as_str() {
+                    "write/write" | "read/write" => drop(rw_b.write().lock().await),
+                    "write/read" => drop(rw_b.read().lock().await),
+                    "semaphore" => return sem_b.acquire(1).await.is_ok(),
+                    // A guard: dropping it gives the permit back.
+                    _ => drop(per_b.acquire_permit().await),
+                }
+                false
+            });
+            tokio::time::sleep(Duration::from_millis(5 + i % 7)).await;
+            match kind {
+                "semaphore" => sem_a.release(1).await.unwrap(),
+                "permits" => {
+                    let p = held_permit.take().unwrap();
+                    per_a.release(p.id()).await.unwrap()
+                }
+                _ => held_lock.take().unwrap().unlock().await.unwrap(),
+            }
+            tokio::time::sleep(Duration::from_millis(i % 5)).await;
+            w.abort();
+            if let Ok(true) = w.await {
+                sem_a.release(1).await.unwrap();
+            }
+        }
+        // Everything back: A takes it within 2 s.
+        let t0 = std::time::Instant::now();
+        let mut back_id = None;
+        let back = match kind {
+            "semaphore" => sem_a
+                .try_acquire_for(1, Duration::from_secs(2))
+                .await
+                .unwrap()
+                .then_some(()),
+            "permits" => per_a
+                .try_acquire(Duration::from_secs(5), Duration::from_secs(2))
+                .await
+                .unwrap()
+                .map(|p| back_id = Some(p.id().to_string())),
+            _ => a
+                .read_write_lock("adv8:rw")
+                .write()
+                .try_lock_for(Duration::from_secs(2), None)
+                .await
+                .unwrap()
+                .map(drop),
+        };
+        eprintln!("{kind}: taken back after {:?}", t0.elapsed());
+        assert!(
+            back.is_some(),
+            "{kind}: something stayed taken; keys {:?}",
+            pttls(&s, &[])
+        );
+        if kind == "semaphore" {
+            sem_a.release(1).await.unwrap();
+        }
+        if let (Some(id), "permits") = (&back_id, kind) {
+            per_a.release(id).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for (k, t) in pttls(&s, &["adv8:sem", "adv8:per"]) {
+            assert!(t != -1, "{kind}: {k} has no TTL");
+        }
+    }
+    let sem: i64 = s.cmd(&["GET", "adv8:sem"]);
+    let per: i64 = s.cmd(&["GET", "adv8:per"]);
+    assert_eq!((sem, per), (1, 1), "permits lost or made");
 }
