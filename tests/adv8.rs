@@ -366,3 +366,28 @@ async fn cancelled_waiters_of_rw_and_semaphores_leave_nothing_taken() {
     let per: i64 = s.cmd(&["GET", "adv8:per"]);
     assert_eq!((sem, per), (1, 1), "permits lost or made");
 }
+
+// Finding 1 through the client's setting: `watchdog_timeout((2^62 - 1000) ms)` is
+// accepted by `build()`, and every `lock()` that finds the lock busy fails at once with
+// the same raw PEXPIRE error (seen: `Err(Redis(ResponseError: invalid expire time in
+// 'pexpire' command script: ...))`), since its line TTL is twice the watchdog lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "adv8 finding: a watchdog timeout just under MAX_DURATION fails every contended lock() with a raw PEXPIRE error"]
+async fn a_watchdog_timeout_just_under_the_limit_lets_a_contended_lock_wait() {
+    let s = RedisServer::start();
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::builder(s.url())
+        .watchdog_timeout(Duration::from_millis((1 << 62) - 1000))
+        .build()
+        .await
+        .unwrap();
+    let g = a.lock("adv8:wd").lock().await.unwrap();
+    let waiter = b.lock("adv8:wd");
+    let w = tokio::spawn(async move { waiter.lock().await.map(drop) });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let early = w.is_finished();
+    g.unlock().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(3), w).await;
+    eprintln!("waiter ended before the release: {early}; gave {got:?}");
+    assert!(matches!(got, Ok(Ok(Ok(())))), "{got:?}");
+}
