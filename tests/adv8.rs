@@ -391,3 +391,94 @@ async fn a_watchdog_timeout_just_under_the_limit_lets_a_contended_lock_wait() {
     eprintln!("waiter ended before the release: {early}; gave {got:?}");
     assert!(matches!(got, Ok(Ok(Ok(())))), "{got:?}");
 }
+
+/// Bad input battery: every answer within 2 s, none a panic; printed for the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_battery() {
+    let s = RedisServer::start();
+    let a = Client::connect(s.url()).await.unwrap();
+    let t = Duration::from_secs(2);
+    macro_rules! probe {
+        ($what:expr, $fut:expr) => {{
+            let r = tokio::time::timeout(t, $fut).await;
+            eprintln!("{:<40} {:?}", $what, r);
+            assert!(r.is_ok(), "{} hung", $what);
+        }};
+    }
+    probe!("fair_lock('').try_lock", async {
+        a.fair_lock("").try_lock().await.map(|g| g.is_some())
+    });
+    probe!("rw('').read().try_lock", async {
+        a.read_write_lock("")
+            .read()
+            .try_lock()
+            .await
+            .map(|g| g.is_some())
+    });
+    probe!(
+        "permits('').try_set",
+        a.permit_expirable_semaphore("").try_set_permits(1)
+    );
+    probe!("latch('').count", a.count_down_latch("").count());
+    probe!("lock lease 500us", async {
+        a.lock("adv8:b")
+            .lock_with_lease(Duration::from_micros(500))
+            .await
+            .map(drop)
+    });
+    probe!("lock lease MAX", async {
+        a.lock("adv8:b")
+            .lock_with_lease(Duration::MAX)
+            .await
+            .map(drop)
+    });
+    probe!("try_lock_for(MAX wait, 1ms)", async {
+        a.lock("adv8:b")
+            .try_lock_for(Duration::MAX, Some(Duration::from_millis(1)))
+            .await
+            .map(|g| g.is_some())
+    });
+    probe!("sem acquire 0", a.semaphore("adv8:s").acquire(0));
+    let _ = a.semaphore("adv8:s").try_set_permits(1).await;
+    probe!(
+        "sem try_acquire_for u32::MAX 100ms",
+        a.semaphore("adv8:s")
+            .try_acquire_for(u32::MAX, Duration::from_millis(100))
+    );
+    probe!(
+        "sem add i64::MAX",
+        a.semaphore("adv8:s").add_permits(i64::MAX)
+    );
+    probe!(
+        "sem add 1 past i64::MAX",
+        a.semaphore("adv8:s").add_permits(1)
+    );
+    probe!(
+        "sem release u32::MAX",
+        a.semaphore("adv8:s").release(u32::MAX)
+    );
+    probe!("sem available", a.semaphore("adv8:s").available_permits());
+    probe!(
+        "sem add i64::MIN",
+        a.semaphore("adv8:s").add_permits(i64::MIN)
+    );
+    probe!("sem available", a.semaphore("adv8:s").available_permits());
+    probe!("permits try_acquire lease 0", async {
+        a.permit_expirable_semaphore("adv8:p")
+            .try_acquire(Duration::ZERO, Duration::ZERO)
+            .await
+            .map(|p| p.is_some())
+    });
+    probe!(
+        "permits release bad id",
+        a.permit_expirable_semaphore("adv8:p").release("zz")
+    );
+    probe!(
+        "permits release 32 hex unheld",
+        a.permit_expirable_semaphore("adv8:p")
+            .release("0123456789abcdef0123456789abcdef")
+    );
+    probe!("latch try_set u32::MAX?", async {
+        a.count_down_latch("adv8:l").try_set_count(u32::MAX).await
+    });
+}
