@@ -482,3 +482,38 @@ async fn bad_input_battery() {
         a.count_down_latch("adv8:l").try_set_count(u32::MAX).await
     });
 }
+
+/// A fair waiter whose future is dropped together with the last handle of its client
+/// (no shutdown, the process lives on): its place in Redisson's queue must go, or the
+/// waiter behind it waits out the head's deadline (W, 300 s by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_dropped_with_its_client_leaves_the_queue() {
+    let s = RedisServer::start();
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    let c = Client::connect(s.url()).await.unwrap();
+    let name = "adv8:fair-drop";
+    let g = a.fair_lock(name).lock().await.unwrap();
+    let wb = {
+        let l = b.fair_lock(name);
+        tokio::spawn(async move { l.lock().await.map(drop) })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let wc = {
+        let l = c.fair_lock(name);
+        tokio::spawn(async move { l.lock().await.map(drop) })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let queue: Vec<String> = s.cmd(&["LRANGE", "redisson_lock_queue:{adv8:fair-drop}", "0", "-1"]);
+    assert_eq!(queue.len(), 2, "{queue:?}");
+    wb.abort();
+    let _ = wb.await;
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t0 = std::time::Instant::now();
+    g.unlock().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(4), wc).await;
+    let queue: Vec<String> = s.cmd(&["LRANGE", "redisson_lock_queue:{adv8:fair-drop}", "0", "-1"]);
+    eprintln!("C after {:?}: {got:?}; queue {queue:?}", t0.elapsed());
+    assert!(matches!(got, Ok(Ok(Ok(())))), "C waited on behind the dropped waiter: queue {queue:?}");
+}
