@@ -515,5 +515,59 @@ async fn a_fair_waiter_dropped_with_its_client_leaves_the_queue() {
     let got = tokio::time::timeout(Duration::from_secs(4), wc).await;
     let queue: Vec<String> = s.cmd(&["LRANGE", "redisson_lock_queue:{adv8:fair-drop}", "0", "-1"]);
     eprintln!("C after {:?}: {got:?}; queue {queue:?}", t0.elapsed());
-    assert!(matches!(got, Ok(Ok(Ok(())))), "C waited on behind the dropped waiter: queue {queue:?}");
+    assert!(
+        matches!(got, Ok(Ok(Ok(())))),
+        "C waited on behind the dropped waiter: queue {queue:?}"
+    );
+}
+
+// Finding 1, at exactly the limit: a waiter with a lease of 2^62 ms (accepted) wipes the
+// line of every other client. Seen on Redis 7.0.15: the line
+// `redisson_lock_clients:{adv8:wipe}` held the ids of clients X and Y (TTL twice their 30 s watchdog lease) and was
+// gone right after client Z's `try_lock_for(300 ms, Some(2^62 ms))` found the lock busy:
+// `join_line` (lua/line.lua:7) formats 2 * 2^62 = 2^63 with '%d' as i64::MIN, and a
+// negative PEXPIRE deletes the key. X and Y then have no place, so the next release
+// gives nobody the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "adv8 finding: a waiter with a lease of exactly MAX_DURATION deletes the whole line of waiting clients"]
+async fn a_waiter_with_the_longest_lease_keeps_the_other_clients_places() {
+    let s = RedisServer::start();
+    let holder = Client::connect(s.url()).await.unwrap();
+    let line_key = "redisson_lock_clients:{adv8:wipe}";
+    let g = holder.lock("adv8:wipe").lock().await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let c = Client::connect(s.url()).await.unwrap();
+        let l = c.lock("adv8:wipe");
+        tasks.push(tokio::spawn(async move {
+            let _keep = c;
+            l.try_lock_for(Duration::from_secs(3), None)
+                .await
+                .map(|g| g.is_some())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before: Vec<String> = s.cmd(&["LRANGE", line_key, "0", "-1"]);
+    let z = Client::connect(s.url()).await.unwrap();
+    let r = z
+        .lock("adv8:wipe")
+        .try_lock_for(
+            Duration::from_millis(300),
+            Some(Duration::from_millis(1 << 62)),
+        )
+        .await;
+    let after: Vec<String> = s.cmd(&["LRANGE", line_key, "0", "-1"]);
+    eprintln!(
+        "line before {before:?}, after {after:?}; Z's call {:?}",
+        r.map(|g| g.is_some())
+    );
+    g.unlock().await.unwrap();
+    for t in tasks {
+        let _ = t.await;
+    }
+    assert_eq!(before.len(), 2, "{before:?}");
+    assert!(
+        before.iter().all(|id| after.contains(id)),
+        "places lost: before {before:?}, after {after:?}"
+    );
 }
