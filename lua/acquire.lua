@@ -50,6 +50,27 @@ local function lease_from_now()
     local ttl = math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1]))
     redis.call('pexpire', KEYS[1], string.format('%d', ttl))
 end
+-- The next fencing token, or the error to answer: BADTOKEN when the counter itself can
+-- give none (the wrong type, not an integer, at the 64-bit end, not positive after
+-- INCR); the server's own refusal of a sound counter's INCR (out of memory, an ACL) as
+-- it is, since deleting a sound counter, as BADTOKEN tells an operator to, would issue
+-- tokens again from 1. Made only for a fenced lock: a function costs every run.
+local draw_token
+if fenced then
+    draw_token = function()
+        local token = redis.pcall('incr', KEYS[5])
+        if type(token) == 'number' and token >= 1 then
+            return token, nil
+        end
+        local v = redis.pcall('get', KEYS[5])
+        local sound = v == false or (type(v) == 'string' and #v < 19
+            and (v == '0' or string.find(v, '^[1-9]%d*$') ~= nil))
+        if type(token) == 'table' and sound then
+            return nil, token
+        end
+        return nil, redis.error_reply('BADTOKEN ' .. KEYS[5])
+    end
+end
 if find(flags, 'r', 1, true) then
     local granted = redis.call('get', KEYS[2])
     -- The first send granted, and the hold is still there: the lease is counted from
@@ -72,12 +93,12 @@ end
 -- then the token of an earlier holder; a token nobody took is simply skipped.
 local fresh = redis.call('exists', KEYS[1]) == 0
 if knows_none and not fresh and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    local token = 0
+    local token, refused = 0, nil
     if fenced then
         -- First, before any write, as below.
-        token = redis.pcall('incr', KEYS[5])
-        if type(token) ~= 'number' or token < 1 then
-            return redis.error_reply('BADTOKEN ' .. KEYS[5])
+        token, refused = draw_token()
+        if refused then
+            return refused
         end
     end
     lease_from_now()
@@ -126,14 +147,13 @@ if fresh and turns and waits then
     end
 end
 if fresh or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    local token = 0
+    local token, refused = 0, nil
     if fenced then
-        -- First, because it is the only call here that can fail on a well-formed lock
-        -- (a counter of the wrong type, not a number, or not positive after INCR): a
-        -- script is not rolled back, so nothing may be written before it is known good.
-        token = redis.pcall('incr', KEYS[5])
-        if type(token) ~= 'number' or token < 1 then
-            return redis.error_reply('BADTOKEN ' .. KEYS[5])
+        -- First, because it is the only call here that can fail on a well-formed lock:
+        -- a script is not rolled back, so nothing may be written before it is known good.
+        token, refused = draw_token()
+        if refused then
+            return refused
         end
     end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)

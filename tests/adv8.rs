@@ -65,7 +65,6 @@ async fn huge_lease_waiter_leaves_no_key_without_ttl(lease: Duration) {
 // double 2^63 formats with '%d' as i64::MIN, PEXPIRE then deletes the line, and the
 // waiter silently stands in no line (the test below passes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "adv8 finding: a lease just under MAX_DURATION gives a raw PEXPIRE error when the lock is busy"]
 async fn a_waiter_with_a_lease_just_under_the_limit_leaves_no_line_without_ttl() {
     huge_lease_waiter_leaves_no_key_without_ttl(Duration::from_millis((1 << 62) - 1000)).await;
 }
@@ -236,7 +235,6 @@ async fn every_kinds_unlock_frees_the_lock_out_of_memory() {
 // `fenced: ... waiter Ok(Ok(Err(BadTokenCounter { .. })))`). An ACL that denies INCR
 // would read the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "adv8 finding: an OOM-refused INCR of a sound fencing counter is reported as BadTokenCounter (corrupt counter, delete it)"]
 async fn a_refused_incr_of_a_sound_counter_is_not_reported_as_a_corrupt_counter() {
     let s = RedisServer::start();
     let a = Client::connect(s.url()).await.unwrap();
@@ -372,7 +370,6 @@ async fn cancelled_waiters_of_rw_and_semaphores_leave_nothing_taken() {
 // the same raw PEXPIRE error (seen: `Err(Redis(ResponseError: invalid expire time in
 // 'pexpire' command script: ...))`), since its line TTL is twice the watchdog lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "adv8 finding: a watchdog timeout just under MAX_DURATION fails every contended lock() with a raw PEXPIRE error"]
 async fn a_watchdog_timeout_just_under_the_limit_lets_a_contended_lock_wait() {
     let s = RedisServer::start();
     let a = Client::connect(s.url()).await.unwrap();
@@ -529,7 +526,6 @@ async fn a_fair_waiter_dropped_with_its_client_leaves_the_queue() {
 // negative PEXPIRE deletes the key. X and Y then have no place, so the next release
 // gives nobody the turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "adv8 finding: a waiter with a lease of exactly MAX_DURATION deletes the whole line of waiting clients"]
 async fn a_waiter_with_the_longest_lease_keeps_the_other_clients_places() {
     let s = RedisServer::start();
     let holder = Client::connect(s.url()).await.unwrap();
