@@ -1,0 +1,270 @@
+//! A new user (round 8), coming from Redisson, tokio and redis-rs, checks from the README,
+//! `docs/guarantees.md` and the rustdoc only a few promises a service relies on: the
+//! wait bound of `try_lock_for`, nested holds in one task, a dropped guard's background
+//! release, `lost()` after a takeover, a Java holder excluding ours, and the semaphore,
+//! latch and read-write handles with their typed errors.
+//! Run: `cargo test --test newuser8 -- --nocapture`
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::redisson_waiter::acquire;
+use common::RedisServer;
+use redis_rlock::{Client, Error};
+
+/// A Java service's holder field (Redisson's layout: its client uuid, a thread id).
+const JAVA: &str = "0c7d5e2a-3b1f-4a6e-8d9c-2f4e6a8b0c1d:42";
+
+/// README: `try_lock_for(wait, lease)` "returns by its deadline"; rustdoc: "Returns by
+/// `now + wait` plus a few ms"; a zero `wait` makes one attempt. Another client holds
+/// the lock throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_lock_for_returns_by_its_wait_while_another_client_holds() {
+    let s = RedisServer::start();
+    let holder = Client::connect(s.url()).await.unwrap();
+    let waiter = Client::connect(s.url()).await.unwrap();
+    let g = holder.lock("nu8:wait").lock().await.unwrap();
+    let lock = waiter.lock("nu8:wait");
+    for wait_ms in [0u64, 50, 300, 700] {
+        let t = Instant::now();
+        let got = lock
+            .try_lock_for(Duration::from_millis(wait_ms), Some(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        let took = t.elapsed();
+        println!("FIGURE try_lock_for wait {wait_ms} ms returned None after {took:?}");
+        assert!(got.is_none());
+        assert!(took >= Duration::from_millis(wait_ms), "{took:?}");
+        assert!(
+            took < Duration::from_millis(wait_ms + 100),
+            "wait {wait_ms} ms took {took:?}"
+        );
+    }
+    g.unlock().await.unwrap();
+    let t = Instant::now();
+    let got = lock
+        .try_lock_for(Duration::from_millis(300), None)
+        .await
+        .unwrap();
+    assert!(got.is_some(), "free lock not taken");
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
+    got.unwrap().unlock().await.unwrap();
+    holder.shutdown().await.unwrap();
+    waiter.shutdown().await.unwrap();
+}
+
+/// README: nested `lock()` in one task re-enters ("hold count 2"), `inner.unlock()` leaves
+/// it locked, and "dropping a guard releases in the background"; "one waiter is woken".
+/// Another client's waiter must get the lock soon after the outer guard is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_holds_count_and_a_dropped_guard_wakes_another_clients_waiter() {
+    let s = RedisServer::start();
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    let lock = a.lock("nu8:nested");
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 2);
+    assert!(lock.is_held_by_current_task().await.unwrap());
+    // Another task of the same client is another owner.
+    let other = a.lock("nu8:nested");
+    let other_task = tokio::spawn(async move {
+        (
+            other.is_held_by_current_task().await.unwrap(),
+            other.try_lock().await.unwrap().is_some(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        other_task,
+        (false, false),
+        "a spawned task is another owner"
+    );
+    inner.unlock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    assert!(lock.is_locked().await.unwrap());
+    let ttl = lock.remaining_ttl().await.unwrap().expect("a ttl");
+    println!("FIGURE remaining_ttl of a watchdog hold: {ttl:?}");
+    assert!(ttl > Duration::from_secs(25) && ttl <= Duration::from_secs(30));
+
+    let bl = b.lock("nu8:nested");
+    let waiter = tokio::spawn(async move {
+        let g = bl.lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let dropped = Instant::now();
+    drop(outer);
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("waiter not woken within 5 s")
+        .unwrap();
+    let after = got.duration_since(dropped);
+    println!("FIGURE other client's waiter got the lock {after:?} after the drop");
+    assert!(after < Duration::from_millis(200), "{after:?}");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// guarantees.md: a key deleted or taken over is reported "within one period" (P = a
+/// third of the watchdog timeout), and `lost()` completes. Here a force unlock from
+/// another client, then the Java service takes the lock; P = 500 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_completes_within_one_period_after_a_takeover() {
+    let s = RedisServer::start();
+    let a = Client::builder(s.url())
+        .watchdog_timeout(Duration::from_millis(1500))
+        .build()
+        .await
+        .unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    let g = a.lock("nu8:lost").lock().await.unwrap();
+    assert!(!g.is_lost());
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!g.is_lost(), "lost while renewed");
+    assert!(b.lock("nu8:lost").force_unlock().await.unwrap());
+    let at = Instant::now();
+    let mut java = s.conn();
+    assert_eq!(acquire(&mut java, "nu8:lost", 30_000, JAVA), None);
+    tokio::time::timeout(Duration::from_secs(3), g.lost())
+        .await
+        .expect("lost() not completed within 3 s");
+    let took = at.elapsed();
+    println!("FIGURE lost() {took:?} after the takeover (P = 500 ms)");
+    assert!(g.is_lost());
+    assert!(took < Duration::from_millis(650), "{took:?}");
+    // The lost guard's unlock must not touch the Java hold.
+    let r = g.unlock().await;
+    println!("unlock of a lost guard: {r:?}");
+    let h: i64 = s.cmd(&["HGET", "nu8:lost", JAVA]);
+    assert_eq!(h, 1, "the Java hold was touched");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// README: "a Java service using Redisson exclude each other on the same lock name".
+/// While Redisson's script holds the name, ours is told busy, `is_locked` is true,
+/// `hold_count` is 0, and `remaining_ttl` is the Java lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_holder_excludes_ours_and_is_seen_by_the_queries() {
+    let s = RedisServer::start();
+    let c = Client::connect(s.url()).await.unwrap();
+    let mut java = s.conn();
+    assert_eq!(acquire(&mut java, "nu8:java", 2_000, JAVA), None);
+    let lock = c.lock("nu8:java");
+    assert!(lock.try_lock().await.unwrap().is_none());
+    assert!(lock.is_locked().await.unwrap());
+    assert_eq!(lock.hold_count().await.unwrap(), 0);
+    assert!(!lock.is_held_by_current_task().await.unwrap());
+    let ttl = lock.remaining_ttl().await.unwrap().unwrap();
+    assert!(ttl <= Duration::from_secs(2) && ttl > Duration::from_millis(1500));
+    // Our waiter is served when the Java lease runs out (no unlock message).
+    let t = Instant::now();
+    let g = lock
+        .try_lock_for(Duration::from_secs(4), None)
+        .await
+        .unwrap()
+        .expect("not served after the Java lease ran out");
+    let took = t.elapsed();
+    println!("FIGURE served {took:?} after asking; Java lease had {ttl:?} left");
+    assert!(took < ttl + Duration::from_millis(300), "{took:?}");
+    g.unlock().await.unwrap();
+    c.shutdown().await.unwrap();
+}
+
+/// README/rustdoc of the semaphore and the latch: `try_set_permits` only when missing,
+/// 0 permits is an error, `try_acquire_for` keeps its bound and a release wakes a
+/// waiter; a latch counted down on a missing key writes nothing and answers 0;
+/// `try_set_count` is false on a left latch; `wait_for` is true at 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_and_latch_handles_do_what_the_readme_says() {
+    let s = RedisServer::start();
+    let c = Client::connect(s.url()).await.unwrap();
+    let c2 = Client::connect(s.url()).await.unwrap();
+    let sem = c.semaphore("nu8:sem");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    assert!(!sem.try_set_permits(5).await.unwrap());
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
+    let zero = sem.acquire(0).await;
+    println!("acquire(0): {zero:?}");
+    assert!(matches!(zero, Err(Error::InvalidCount { .. })), "{zero:?}");
+    assert!(sem.try_acquire(1).await.unwrap());
+    let t = Instant::now();
+    assert!(!sem
+        .try_acquire_for(1, Duration::from_millis(300))
+        .await
+        .unwrap());
+    let took = t.elapsed();
+    println!("FIGURE semaphore try_acquire_for 300 ms gave up after {took:?}");
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_millis(400));
+    let sem2 = c2.semaphore("nu8:sem");
+    let waiter = tokio::spawn(async move {
+        let ok = sem2
+            .try_acquire_for(1, Duration::from_secs(5))
+            .await
+            .unwrap();
+        (ok, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    sem.release(1).await.unwrap();
+    let (ok, at) = waiter.await.unwrap();
+    assert!(ok);
+    let after = at.duration_since(released);
+    println!("FIGURE semaphore waiter of another client got it {after:?} after release");
+    assert!(after < Duration::from_millis(200), "{after:?}");
+
+    let latch = c.count_down_latch("nu8:latch");
+    assert_eq!(latch.count_down().await.unwrap(), 0);
+    let exists: i64 = s.cmd(&["EXISTS", "nu8:latch"]);
+    assert_eq!(exists, 0, "count_down of a missing latch wrote");
+    assert!(latch.wait_for(Duration::from_millis(100)).await.unwrap());
+    assert!(latch.try_set_count(2).await.unwrap());
+    assert!(!latch.try_set_count(2).await.unwrap());
+    let l2 = c2.count_down_latch("nu8:latch");
+    let w = tokio::spawn(async move { l2.wait_for(Duration::from_secs(5)).await.unwrap() });
+    assert_eq!(latch.count_down().await.unwrap(), 1);
+    assert_eq!(latch.count_down().await.unwrap(), 0);
+    assert!(w.await.unwrap());
+    c.shutdown().await.unwrap();
+    c2.shutdown().await.unwrap();
+}
+
+/// README: "a reader asking for the write lock gets `Error::UpgradeRefused` at once";
+/// "The writer may also read (a downgrade)".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_upgrade_is_refused_at_once_and_downgrade_works() {
+    let s = RedisServer::start();
+    let c = Client::connect(s.url()).await.unwrap();
+    let rw = c.read_write_lock("nu8:rw");
+    let r = rw.read().lock().await.unwrap();
+    let t = Instant::now();
+    let up = tokio::time::timeout(Duration::from_secs(3), rw.write().lock())
+        .await
+        .expect("upgrade waited 3 s");
+    println!(
+        "FIGURE upgrade answered {:?} after {:?}",
+        up.as_ref().err(),
+        t.elapsed()
+    );
+    assert!(matches!(up, Err(Error::UpgradeRefused { .. })), "{up:?}");
+    r.unlock().await.unwrap();
+    let w = rw.write().lock().await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(3), rw.read().lock())
+        .await
+        .expect("downgrade waited")
+        .unwrap();
+    r.unlock().await.unwrap();
+    w.unlock().await.unwrap();
+    let exists: i64 = s.cmd(&["EXISTS", "nu8:rw"]);
+    assert_eq!(exists, 0);
+    c.shutdown().await.unwrap();
+}
