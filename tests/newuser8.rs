@@ -268,3 +268,185 @@ async fn rw_upgrade_is_refused_at_once_and_downgrade_works() {
     assert_eq!(exists, 0);
     c.shutdown().await.unwrap();
 }
+
+/// rustdoc of `force_unlock`: "Watchdog guards of this client on this name report
+/// `lost` at once; fixed-lease guards learn of it when their lease ends (an `unlock()`
+/// before that answers `NotHeld`)". And `run`: the work is dropped and the call answers
+/// `LeaseLost` when the lock is lost during it (here by another client's force unlock,
+/// so within one renewal period, P = 300 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_is_seen_by_guards_and_by_run_as_documented() {
+    let s = RedisServer::start();
+    let a = Client::builder(s.url())
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .await
+        .unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    // Same client: a watchdog guard is told at once.
+    let lock = a.lock("nu8:force");
+    let g = lock.lock().await.unwrap();
+    let t = Instant::now();
+    assert!(lock.force_unlock().await.unwrap());
+    tokio::time::timeout(Duration::from_millis(50), g.lost())
+        .await
+        .expect("watchdog guard not told at once of its own client's force unlock");
+    println!("FIGURE own force unlock -> lost() {:?}", t.elapsed());
+    drop(g);
+    // Same client: a fixed-lease guard is not lost, and its unlock answers NotHeld.
+    let g = lock.lock_with_lease(Duration::from_secs(5)).await.unwrap();
+    assert!(lock.force_unlock().await.unwrap());
+    assert!(!g.is_lost());
+    let r = g.unlock().await;
+    println!("unlock of a force-unlocked fixed-lease guard: {r:?}");
+    assert!(matches!(r, Err(Error::NotHeld { .. })), "{r:?}");
+    // `run`: another client force-unlocks during the work.
+    let bl = b.lock("nu8:force");
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        (bl.force_unlock().await.unwrap(), Instant::now())
+    });
+    let t = Instant::now();
+    let r = lock
+        .run(|| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            7
+        })
+        .await;
+    let (forced, at) = killer.await.unwrap();
+    assert!(forced);
+    println!(
+        "FIGURE run answered {r:?} {:?} after the force unlock ({:?} in all)",
+        at.elapsed(),
+        t.elapsed()
+    );
+    assert!(matches!(r, Err(Error::LeaseLost { .. })), "{r:?}");
+    assert!(at.elapsed() < Duration::from_millis(450));
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// README: a fair lock's "waiters take it in the order they came, across clients".
+/// Three clients queue one after another (100 ms apart) behind a holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_serves_clients_in_the_order_they_came() {
+    let s = RedisServer::start();
+    let holder = Client::connect(s.url()).await.unwrap();
+    let g = holder.fair_lock("nu8:fair").lock().await.unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut clients = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let c = Client::connect(s.url()).await.unwrap();
+        let lock = c.fair_lock("nu8:fair");
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = lock
+                .try_lock_for(Duration::from_secs(8), None)
+                .await
+                .unwrap()
+                .expect("fair waiter not served in 8 s");
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            g.unlock().await.unwrap();
+        }));
+        clients.push(c);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    g.unlock().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(9), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let got = order.lock().unwrap().clone();
+    println!("FIGURE fair lock order {got:?}");
+    assert_eq!(got, vec![0, 1, 2]);
+    for c in clients {
+        c.shutdown().await.unwrap();
+    }
+    holder.shutdown().await.unwrap();
+}
+
+/// README: "An expirable permit whose holder crashed comes back when its lease ends (on
+/// the Redis server's clock), and waiters sleep until then at most." A permit taken
+/// with a 600 ms lease and never released; another client's waiter asks for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expirable_permit_comes_back_at_its_lease_end_to_a_waiter() {
+    let s = RedisServer::start();
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    let seats = a.permit_expirable_semaphore("nu8:seats");
+    assert!(seats.try_set_permits(1).await.unwrap());
+    let t = Instant::now();
+    let p = seats.acquire(Duration::from_millis(600)).await.unwrap();
+    let seats_b = b.permit_expirable_semaphore("nu8:seats");
+    assert_eq!(seats_b.available_permits().await.unwrap(), 0);
+    let got = seats_b
+        .try_acquire(Duration::from_secs(5), Duration::from_secs(3))
+        .await
+        .unwrap();
+    let took = t.elapsed();
+    println!("FIGURE expirable permit (lease 600 ms) came back to a waiter after {took:?}");
+    let q = got.expect("permit not back within 3 s");
+    assert!(took >= Duration::from_millis(590) && took < Duration::from_millis(800));
+    // The first holder's release of its expired permit is typed, and does not free q.
+    let r = seats.release(p.id()).await;
+    println!("release of an expired permit: {r:?}");
+    assert!(r.is_err());
+    assert_eq!(seats.available_permits().await.unwrap(), 0);
+    seats_b.release(q.id()).await.unwrap();
+    assert_eq!(seats.available_permits().await.unwrap(), 1);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// README: "Two futures joined ... inside one task are one owner, so both enter. Run each
+/// in its own `OwnerId::scope`... when they must exclude each other"; a fenced lock
+/// gives "every acquisition, re-entries included" a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scopes_exclude_and_fenced_tokens_rise_on_reentry() {
+    let s = RedisServer::start();
+    let c = Client::connect(s.url()).await.unwrap();
+    let lock = c.lock("nu8:scope");
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let max = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let work = || {
+        let (inside, max) = (inside.clone(), max.clone());
+        lock.run(move || async move {
+            let n = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            max.fetch_max(n, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let (x, y) = tokio::join!(work(), work());
+    x.unwrap();
+    y.unwrap();
+    let unscoped = max.swap(0, std::sync::atomic::Ordering::SeqCst);
+    let (x, y) = tokio::join!(
+        redis_rlock::OwnerId::scope(work()),
+        redis_rlock::OwnerId::scope(work())
+    );
+    x.unwrap();
+    y.unwrap();
+    let scoped = max.load(std::sync::atomic::Ordering::SeqCst);
+    println!("FIGURE most inside at once: unscoped join {unscoped}, scoped join {scoped}");
+    assert_eq!((unscoped, scoped), (2, 1));
+
+    let f = c.fenced_lock("nu8:fenced");
+    let g1 = f.lock().await.unwrap();
+    let g2 = f.lock().await.unwrap();
+    let (t1, t2) = (g1.fencing_token().unwrap(), g2.fencing_token().unwrap());
+    g2.unlock().await.unwrap();
+    g1.unlock().await.unwrap();
+    let g3 = f.lock().await.unwrap();
+    let t3 = g3.fencing_token().unwrap();
+    g3.unlock().await.unwrap();
+    println!("FIGURE fencing tokens outer {t1}, re-entry {t2}, next {t3}");
+    assert!(t1 < t2 && t2 < t3);
+    let counter: u64 = s.cmd(&["GET", "redisson_lock_token:{nu8:fenced}"]);
+    assert_eq!(counter, t3);
+    c.shutdown().await.unwrap();
+}
