@@ -450,3 +450,148 @@ async fn scopes_exclude_and_fenced_tokens_rise_on_reentry() {
     assert_eq!(counter, t3);
     c.shutdown().await.unwrap();
 }
+
+/// README "Typed errors for empty names, zero or absurd durations, WRONGTYPE keys, ...
+/// non-owner unlocks"; checked for the calls a newcomer gets wrong first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_typed_errors_before_anything_is_written() {
+    let s = RedisServer::start();
+    let c = Client::connect(s.url()).await.unwrap();
+    let r = c.lock("").try_lock().await;
+    assert!(matches!(r, Err(Error::EmptyName)), "{r:?}");
+    let lock = c.lock("nu8:bad");
+    let r = lock.lock_with_lease(Duration::ZERO).await;
+    assert!(matches!(r, Err(Error::InvalidLease { .. })), "{r:?}");
+    let r = lock
+        .try_lock_for(Duration::from_millis(10), Some(Duration::from_micros(500)))
+        .await;
+    assert!(matches!(r, Err(Error::InvalidLease { .. })), "{r:?}");
+    let r = lock
+        .lock_with_lease(Duration::from_secs(u64::MAX / 2))
+        .await;
+    assert!(matches!(r, Err(Error::DurationOutOfRange { .. })), "{r:?}");
+    let _: () = s.cmd(&["SET", "nu8:str", "x"]);
+    let r = c.lock("nu8:str").try_lock().await;
+    assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
+    let r = c.semaphore("nu8:str").try_acquire(1).await;
+    assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
+    let r = c.count_down_latch("nu8:str").count_down().await;
+    assert!(matches!(r, Err(Error::WrongType { .. })), "{r:?}");
+    // Redisson's `release` creates a missing semaphore; this crate refuses (documented).
+    let r = c.semaphore("nu8:nosem").release(1).await;
+    assert!(matches!(r, Err(Error::NoSuchSemaphore { .. })), "{r:?}");
+    let keys: Vec<String> = s.cmd(&["KEYS", "*"]);
+    assert_eq!(keys, vec!["nu8:str".to_string()], "something was written");
+    c.shutdown().await.unwrap();
+}
+
+/// README: "Redis down (within the connect/response timeouts; `Unavailable` names the
+/// address it tried)". A port nobody listens on fails at once, typed, with the address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_port_fails_build_at_once_naming_the_address() {
+    let port = common::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let t = Instant::now();
+    let r = Client::builder(&url)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await;
+    let took = t.elapsed();
+    let e = r.err().expect("connected to nothing");
+    println!("FIGURE refused port: {e} after {took:?}");
+    assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+    assert!(e.to_string().contains(&port.to_string()), "{e}");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+}
+
+/// The same promise for a hung server: a loopback listener that accepts (the kernel's
+/// backlog completes the handshake) but never answers. Connect timeout 700 ms, response
+/// timeout 300 ms.
+///
+/// nu8 finding: `build()` returned after 1,418 ms (2 x the connect timeout; with 300/700
+/// it was 618 ms, with 500/500 1,017 ms), past the 1,000 ms the two timeouts add up to
+/// (with the defaults, 5 s + 3 s, that is 10 s instead of at most 8 s), and answered
+/// `Timeout { op: "command", after: 700ms }`: the connect timeout's figure under the
+/// name "command", and no address (README: "`Unavailable` names the address it
+/// tried"), so a service given several URLs cannot tell which one hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "nu8 finding: build() against a hung server takes 2 x connect_timeout and answers Timeout{op:\"command\"} without the address"]
+async fn a_silent_server_fails_build_within_its_timeouts_naming_the_address() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let sport = silent.local_addr().unwrap().port();
+    let t = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(8),
+        Client::builder(format!("redis://127.0.0.1:{sport}"))
+            .connect_timeout(Duration::from_millis(700))
+            .response_timeout(Duration::from_millis(300))
+            .build(),
+    )
+    .await
+    .expect("build() against a silent server took 8 s");
+    let took = t.elapsed();
+    let e = r.err().expect("a silent server answered");
+    println!("FIGURE silent server: {e:?} ({e}) after {took:?}");
+    assert!(e.is_transient(), "{e:?}");
+    assert!(took < Duration::from_millis(1050), "{took:?}");
+    assert!(
+        e.to_string().contains(&sport.to_string()),
+        "no address in {e}"
+    );
+    drop(silent);
+}
+
+/// README: "A guard remembers its owner, so it can be moved and unlocked anywhere."
+/// A guard taken in one task, moved into another, unlocks there; the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_moved_to_another_task_unlocks_there() {
+    let s = RedisServer::start();
+    let c = Client::connect(s.url()).await.unwrap();
+    let lock = c.lock("nu8:moved");
+    let g = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await.unwrap() }
+    })
+    .await
+    .unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    assert!(!lock.is_held_by_current_task().await.unwrap());
+    tokio::spawn(async move { g.unlock().await.unwrap() })
+        .await
+        .unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    let exists: i64 = s.cmd(&["EXISTS", "nu8:moved"]);
+    assert_eq!(exists, 0);
+    c.shutdown().await.unwrap();
+}
+
+/// README: "a deleted semaphore has no permits, so its waiters wait until their deadline
+/// or until permits are set again". A waiter of another client, the semaphore deleted
+/// and then set again with `try_set_permits`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_of_a_deleted_semaphore_gets_a_permit_set_again() {
+    let s = RedisServer::start();
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    let sem = a.semaphore("nu8:del");
+    assert!(sem.try_set_permits(0).await.unwrap());
+    let sb = b.semaphore("nu8:del");
+    let w = tokio::spawn(async move {
+        let ok = sb.try_acquire_for(1, Duration::from_secs(4)).await.unwrap();
+        (ok, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(sem.delete().await.unwrap());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!w.is_finished(), "the waiter returned on delete");
+    let set = Instant::now();
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let (ok, at) = w.await.unwrap();
+    let after = at.saturating_duration_since(set);
+    println!("FIGURE waiter of a deleted semaphore: {ok} {after:?} after try_set_permits");
+    assert!(ok);
+    assert!(after < Duration::from_millis(300), "{after:?}");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
