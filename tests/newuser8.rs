@@ -703,3 +703,73 @@ async fn a_redlock_try_lock_for_keeps_its_wait_while_one_master_stalls() {
     }
     assert!(took < Duration::from_millis(400), "{took:?}");
 }
+
+/// README: "Cancel safe: dropping a `lock()` future leaves no lock and no subscription
+/// behind", and a client that stopped waiting "leaves the line before its call returns".
+/// A `lock()` of another client's lock cut short by a 150 ms timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_lock_future_leaves_no_line_entry_and_its_subscription_goes() {
+    let s = RedisServer::start();
+    let a = Client::connect(s.url()).await.unwrap();
+    let b = Client::connect(s.url()).await.unwrap();
+    let g = a.lock("nu8:cancel").lock().await.unwrap();
+    let lock = b.lock("nu8:cancel");
+    let channel = lock.channel().to_string();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(150), lock.lock())
+            .await
+            .is_err()
+    );
+    let dropped = Instant::now();
+    let line: i64 = s.cmd(&["EXISTS", "redisson_lock_clients:{nu8:cancel}"]);
+    let mut gone = None;
+    for _ in 0..200 {
+        if s.numsub(&channel) == 0 {
+            gone = Some(dropped.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("FIGURE after the drop: line key exists {line}, subscription gone after {gone:?}");
+    assert_eq!(line, 0, "the dropped waiter is still in the line");
+    let gone = gone.expect("still subscribed 2 s after the drop");
+    assert!(gone < Duration::from_millis(500), "{gone:?}");
+    let fields: Vec<String> = s.cmd(&["HKEYS", "nu8:cancel"]);
+    assert_eq!(fields, vec![g.holder_field().to_string()]);
+    g.unlock().await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// The blocking API (README "Blocking API"): outside tokio the owner is the thread,
+/// nested `lock()` re-enters, another thread's `try_lock_for` keeps its bound, and
+/// "dropping releases too, before drop returns".
+#[cfg(feature = "blocking")]
+#[test]
+fn blocking_threads_own_their_holds_and_drop_releases_before_returning() {
+    let s = RedisServer::start();
+    let client = redis_rlock::blocking::Client::connect(s.url()).unwrap();
+    let lock = client.lock("nu8:blocking");
+    let outer = lock.lock().unwrap();
+    let inner = lock.lock().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    let other = lock.clone();
+    let (got, took) = std::thread::spawn(move || {
+        let t = Instant::now();
+        let got = other
+            .try_lock_for(Duration::from_millis(200), None)
+            .unwrap()
+            .is_some();
+        (got, t.elapsed())
+    })
+    .join()
+    .unwrap();
+    println!("FIGURE blocking try_lock_for(200 ms) from another thread: {got} after {took:?}");
+    assert!(!got);
+    assert!(took >= Duration::from_millis(200) && took < Duration::from_millis(300));
+    inner.unlock().unwrap();
+    drop(outer);
+    let exists: i64 = s.cmd(&["EXISTS", "nu8:blocking"]);
+    assert_eq!(exists, 0, "the key outlived drop()");
+    client.shutdown().unwrap();
+}
