@@ -838,3 +838,48 @@ async fn a_deleted_latch_wakes_another_clients_waiter() {
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// A redis-rs user's URL with a database number (`redis://host:port/3`, Redisson's
+/// `database` setting): the lock's keys go to that database, and the watchdog renews
+/// them there; database 0 is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_number_in_the_url_keeps_every_key_in_that_database() {
+    let s = RedisServer::start();
+    let url3 = format!("{}/3", s.url());
+    let c = Client::builder(&url3)
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .await
+        .unwrap();
+    let other = Client::connect(&url3).await.unwrap();
+    let lock = c.lock("nu8:db");
+    let g = lock.lock().await.unwrap();
+    // A waiter of another client, so the line and the turn are used too.
+    let ol = other.lock("nu8:db");
+    let w = tokio::spawn(async move {
+        let g = ol.lock().await.unwrap();
+        g.unlock().await.unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut db3 = redis::Client::open(url3.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let pttl: i64 = redis::cmd("PTTL").arg("nu8:db").query(&mut db3).unwrap();
+    let keys0: Vec<String> = s.cmd(&["KEYS", "*"]);
+    println!("FIGURE db 3 PTTL after 1.5 s (lease 900 ms): {pttl}; db 0 keys {keys0:?}");
+    assert!(pttl > 0, "{pttl}");
+    assert!(keys0.is_empty(), "{keys0:?}");
+    assert!(!g.is_lost());
+    g.unlock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(3), w)
+        .await
+        .expect("waiter in db 3 not woken")
+        .unwrap();
+    let keys3: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut db3).unwrap();
+    let keys0: Vec<String> = s.cmd(&["KEYS", "*"]);
+    assert!(keys0.is_empty(), "{keys0:?}");
+    println!("FIGURE db 3 keys after the unlocks: {keys3:?}");
+    c.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
