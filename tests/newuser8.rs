@@ -883,3 +883,34 @@ async fn a_database_number_in_the_url_keeps_every_key_in_that_database() {
     c.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }
+
+/// README: `client.shutdown()` "releases every hold the client still has (guards still
+/// alive, ...)" and turns its waiters away with `Error::Closed`; `is_lost()` is "true as
+/// soon as the lock is known lost". What a guard still alive says afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_alive_at_shutdown_is_released_and_says_so() {
+    let s = RedisServer::start();
+    let c = Client::connect(s.url()).await.unwrap();
+    let lock = c.lock("nu8:shut");
+    let g = lock.lock().await.unwrap();
+    let f = lock.lock_with_lease(Duration::from_secs(60)).await.unwrap();
+    c.shutdown().await.unwrap();
+    let exists: i64 = s.cmd(&["EXISTS", "nu8:shut"]);
+    let lost_now = (g.is_lost(), f.is_lost());
+    let lost_soon = tokio::time::timeout(Duration::from_millis(200), g.lost())
+        .await
+        .is_ok();
+    let after = lock.try_lock().await;
+    println!(
+        "FIGURE after shutdown: key exists {exists}, is_lost (watchdog, fixed) {lost_now:?}, \
+         lost() ready {lost_soon}, try_lock {after:?}"
+    );
+    assert_eq!(exists, 0);
+    assert!(matches!(after, Err(Error::Closed)), "{after:?}");
+    let r = f.unlock().await;
+    println!("unlock of a fixed guard after shutdown: {r:?}");
+    assert!(
+        lost_now.0 && lost_soon,
+        "a released watchdog guard does not say it is lost"
+    );
+}
