@@ -914,3 +914,82 @@ async fn a_guard_alive_at_shutdown_is_released_and_says_so() {
         "a released watchdog guard does not say it is lost"
     );
 }
+
+/// README: read-write lock "Many readers or one writer, across clients"; "Every release
+/// is published". Readers of two clients share; a writer of a third waits with its
+/// bound and is woken by the last reader's unlock; a reader is woken by the writer's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_across_clients_and_a_writer_is_woken_by_the_last_release() {
+    let s = RedisServer::start();
+    let cs = [
+        Client::connect(s.url()).await.unwrap(),
+        Client::connect(s.url()).await.unwrap(),
+        Client::connect(s.url()).await.unwrap(),
+    ];
+    let r0 = cs[0]
+        .read_write_lock("nu8:rwx")
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    let r1 = cs[1]
+        .read_write_lock("nu8:rwx")
+        .read()
+        .lock()
+        .await
+        .unwrap();
+    let wl = cs[2].read_write_lock("nu8:rwx").write();
+    let t = Instant::now();
+    assert!(wl
+        .try_lock_for(Duration::from_millis(300), None)
+        .await
+        .unwrap()
+        .is_none());
+    let took = t.elapsed();
+    assert!(took < Duration::from_millis(400), "{took:?}");
+    let w = tokio::spawn(async move {
+        let g = wl.lock().await.unwrap();
+        (g, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    r0.unlock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!w.is_finished(), "the writer entered beside a reader");
+    let last = Instant::now();
+    r1.unlock().await.unwrap();
+    let (g, at) = tokio::time::timeout(Duration::from_secs(3), w)
+        .await
+        .expect("writer not woken within 3 s")
+        .unwrap();
+    let writer_after = at.duration_since(last);
+    let rl = cs[0].read_write_lock("nu8:rwx").read();
+    let r = tokio::spawn(async move {
+        let g = rl.lock().await.unwrap();
+        let at = Instant::now();
+        g.unlock().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    g.unlock().await.unwrap();
+    let at = tokio::time::timeout(Duration::from_secs(3), r)
+        .await
+        .expect("reader not woken within 3 s")
+        .unwrap();
+    let reader_after = at.duration_since(released);
+    println!(
+        "FIGURE writer woken {writer_after:?} after the last reader's unlock, reader \
+         {reader_after:?} after the writer's"
+    );
+    assert!(
+        writer_after < Duration::from_millis(200),
+        "{writer_after:?}"
+    );
+    assert!(
+        reader_after < Duration::from_millis(200),
+        "{reader_after:?}"
+    );
+    for c in cs {
+        c.shutdown().await.unwrap();
+    }
+}
