@@ -993,3 +993,36 @@ async fn readers_share_across_clients_and_a_writer_is_woken_by_the_last_release(
         c.shutdown().await.unwrap();
     }
 }
+
+/// rustdoc of `Lock::lock`: transient errors "once waiting, ... are ridden out for the
+/// client's `retry_window`"; of `retry_window`: a waiting task "keeps retrying through
+/// transient errors ... before it gives up with the error". Redis is killed under a
+/// `lock()` that waits for a Java holder; retry window 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_lock_gives_up_about_one_retry_window_after_redis_dies() {
+    let mut s = RedisServer::start();
+    let c = Client::builder(s.url())
+        .retry_window(Duration::from_secs(1))
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let mut java = s.conn();
+    assert_eq!(acquire(&mut java, "nu8:dies", 30_000, JAVA), None);
+    let lock = c.lock("nu8:dies");
+    let w = tokio::spawn(async move { lock.lock().await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.kill();
+    let killed = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(8), w)
+        .await
+        .expect("lock() still waiting 8 s after Redis died")
+        .unwrap();
+    let took = killed.elapsed();
+    println!("FIGURE lock() answered {r:?} {took:?} after Redis died (retry window 1 s)");
+    let e = r.unwrap_err();
+    assert!(e.is_transient(), "{e:?}");
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    c.shutdown().await.ok();
+}
