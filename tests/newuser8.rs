@@ -1026,3 +1026,40 @@ async fn a_waiting_lock_gives_up_about_one_retry_window_after_redis_dies() {
     assert!(took < Duration::from_millis(2500), "{took:?}");
     c.shutdown().await.ok();
 }
+
+/// README table: `acquire_permits(n)` "gives the permits back in the background, once"
+/// on drop; rustdoc of `SemaphorePermit::forget`: "nothing goes back on drop".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit_guards_give_back_on_drop_once_and_forget_keeps() {
+    let s = RedisServer::start();
+    let c = Client::connect(s.url()).await.unwrap();
+    let sem = c.semaphore("nu8:pg");
+    assert!(sem.try_set_permits(3).await.unwrap());
+    let p = sem.acquire_permits(2).await.unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
+    let dropped = Instant::now();
+    drop(p);
+    let mut back = None;
+    for _ in 0..100 {
+        if sem.available_permits().await.unwrap() == 3 {
+            back = Some(dropped.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    println!("FIGURE dropped permit guard: permits back after {back:?}");
+    assert!(back.expect("not back within ~1 s") < Duration::from_millis(200));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        sem.available_permits().await.unwrap(),
+        3,
+        "given back twice"
+    );
+    let kept = sem.acquire_permits(1).await.unwrap().forget();
+    assert_eq!(kept, 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+    c.shutdown().await.unwrap();
+    let count: i64 = s.cmd(&["GET", "nu8:pg"]);
+    assert_eq!(count, 2, "shutdown gave a forgotten permit back");
+}
