@@ -166,7 +166,9 @@ pub enum Error {
     /// The fencing token counter of a lock holds something that is not a
     /// non-negative integer (or is not a string at all), so no token can be issued.
     /// No hold was taken (a negative counter was incremented by the attempt, nothing
-    /// else was written). Fix or delete the counter; deleting
+    /// else was written). A sound counter whose `INCR` the server refuses (out of
+    /// memory, an ACL) is not reported so: that is the server's own error. Fix or
+    /// delete the counter; deleting
     /// it restarts tokens from 1, which a fenced resource will refuse until they pass
     /// the highest it has seen.
     #[error("fencing token counter `{key}` is corrupt (not a non-negative integer); the lock was not taken")]
