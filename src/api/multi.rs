@@ -91,6 +91,10 @@ pub struct MultiGuard {
 /// fraction of the lease (the algorithm wants it small beside the lease).
 const PER_INSTANCE_SHARE: u32 = 10;
 
+/// The least time a round of [`RedLock::try_lock_for`] gives a master near the wait's
+/// end: an attempt cut shorter than a round trip could only fail.
+const ROUND_FLOOR: Duration = Duration::from_millis(10);
+
 fn drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
 }
@@ -174,7 +178,7 @@ impl RedLock {
     ///
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn try_lock(&self) -> Result<Option<MultiGuard>> {
-        self.round(None).await
+        self.round(None, None).await
     }
 
     /// One round with a fixed `lease` on each master.
@@ -188,13 +192,15 @@ impl RedLock {
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn try_lock_with_lease(&self, lease: Duration) -> Result<Option<MultiGuard>> {
         crate::config::check_lease(lease)?;
-        self.round(Some(lease)).await
+        self.round(Some(lease), None).await
     }
 
-    /// Tries for at most `wait`. `Ok(None)` when no majority granted it in time. A round
-    /// in progress at the deadline finishes first (each master's attempt is bounded by a
-    /// tenth of the lease, at least 50 ms). Errors of single masters count as refusals;
-    /// an error is returned only when every master failed with one.
+    /// Tries for at most `wait`. `Ok(None)` when no majority granted it in time. Each
+    /// master's attempt is bounded by a tenth of the lease (at least 50 ms) and by what is
+    /// left of the wait (at least 10 ms), so a stalled master does not hold the call past
+    /// its deadline; a `wait` of zero is one round, as [`try_lock`](Self::try_lock).
+    /// Errors of single masters count as refusals (a timed-out attempt is one); an error
+    /// is returned only when every master failed with one.
     ///
     /// # Errors
     ///
@@ -213,9 +219,12 @@ impl RedLock {
         if let Some(l) = lease {
             crate::config::check_lease(l)?;
         }
+        if wait.is_zero() {
+            return self.round(lease, None).await;
+        }
         let deadline = Instant::now() + wait;
         loop {
-            match self.round(lease).await? {
+            match self.round(lease, Some(deadline)).await? {
                 Some(guard) => return Ok(Some(guard)),
                 None => {
                     let pause = Duration::from_millis(10 + jitter_ms(40));
@@ -228,7 +237,13 @@ impl RedLock {
         }
     }
 
-    async fn round(&self, lease: Option<Duration>) -> Result<Option<MultiGuard>> {
+    /// One attempt at every master, each cut at `deadline` (but given at least
+    /// [`ROUND_FLOOR`]) as well as at its share of the lease.
+    async fn round(
+        &self,
+        lease: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<MultiGuard>> {
         let effective = lease.unwrap_or_else(|| {
             self.locks
                 .iter()
@@ -236,8 +251,12 @@ impl RedLock {
                 .min()
                 .unwrap_or_default()
         });
-        let per_instance = (effective / PER_INSTANCE_SHARE).max(Duration::from_millis(50));
         let start = Instant::now();
+        let mut per_instance = (effective / PER_INSTANCE_SHARE).max(Duration::from_millis(50));
+        if let Some(d) = deadline {
+            let left = d.saturating_duration_since(start).max(ROUND_FLOOR);
+            per_instance = per_instance.min(left);
+        }
         let attempts = self.locks.iter().map(|lock| async move {
             // A timed-out attempt is dropped; its hold, if Redis granted one, is then
             // released in the background (see the cancellation notes on `Lock`).
