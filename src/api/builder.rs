@@ -63,6 +63,12 @@ impl ClientBuilder {
     }
 
     /// The time allowed to open a connection (commands and pub/sub). Default 5 s.
+    ///
+    /// [`build`](Self::build) against a single server or a Sentinel master that accepts
+    /// and never answers fails with [`Error::Unavailable`](crate::Error::Unavailable)
+    /// naming its address within this plus the
+    /// [`response_timeout`](Self::response_timeout) (the greeting and the connection's
+    /// name).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.config.connect_timeout = timeout;
         self

@@ -165,7 +165,9 @@ pub(super) fn is_tls_failure(e: &RedisError) -> bool {
 
 /// Classifies an error met while connecting or on the first command. A failed TLS
 /// handshake (an unknown CA, a missing or refused client certificate) will fail the
-/// same way on every retry, so it is a configuration error, not an outage.
+/// same way on every retry, so it is a configuration error, not an outage. A server that
+/// accepts and never answers is as unreachable as one that refuses, and the error names
+/// it: a client given several URLs can then tell which one hangs.
 pub(crate) fn connect_error(e: RedisError, timeout: Duration, addr: &str) -> Error {
     #[cfg(feature = "tls-rustls")]
     if is_tls_failure(&e) {
@@ -173,7 +175,25 @@ pub(crate) fn connect_error(e: RedisError, timeout: Duration, addr: &str) -> Err
             "TLS handshake with Redis failed (check the CA and client certificate): {e}"
         ));
     }
+    if e.is_timeout() {
+        return Error::Unavailable {
+            addr: addr.to_string(),
+            source: e,
+        };
+    }
     Error::from_redis(e, "", timeout, addr)
+}
+
+/// The error of a connect that ran out of its whole `limit`, naming the server.
+fn connect_timed_out(limit: Duration, addr: &str) -> Error {
+    let io = std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no connection within {limit:?}"),
+    );
+    Error::Unavailable {
+        addr: addr.to_string(),
+        source: io.into(),
+    }
 }
 
 /// The server `client` talks to, as an error names it (`host:port`, no credentials).
@@ -200,7 +220,9 @@ pub(super) async fn connect_manager(
     client: redis::Client,
     config: &Config,
 ) -> Result<NamedManager> {
-    let limit = config.connect_timeout * 2 + config.response_timeout + Duration::from_millis(200);
+    // The connect, then the greeting and the name: the manager's one retry of a first
+    // attempt that broke fast fits in it, one that hung does not.
+    let limit = config.connect_timeout + config.response_timeout;
     let addr = addr_of(&client);
     let unnamed = Arc::new(AtomicBool::new(false));
     let mut manager_config = manager_config(config);
@@ -219,10 +241,7 @@ pub(super) async fn connect_manager(
     };
     tokio::time::timeout(limit, connect)
         .await
-        .map_err(|_| Error::Timeout {
-            op: "connect",
-            after: limit,
-        })?
+        .map_err(|_| connect_timed_out(limit, &addr))?
         .map_err(|e| connect_error(e, config.connect_timeout, &addr))
 }
 
