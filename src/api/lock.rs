@@ -159,7 +159,8 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future leaves no hold and no subscription behind. An
+    /// Cancel safe: dropping the future leaves no hold and no place in line behind (the
+    /// client's subscription to the lock's channel goes after its linger, 200 ms). An
     /// acquire already sent finishes in the background, and a hold it took is released
     /// there.
     ///
