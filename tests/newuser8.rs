@@ -546,6 +546,35 @@ async fn a_silent_server_fails_build_within_its_timeouts_naming_the_address() {
     drop(silent);
 }
 
+/// The same for a cluster whose one seed accepts and never answers: `Unavailable` naming
+/// the seed, seen after 302 ms, redis-rs's own connect timeout (the build's outer bound
+/// is twice the connect timeout plus the response timeout, as redis-rs retries seeds).
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_cluster_seed_fails_build_naming_the_address() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let sport = silent.local_addr().unwrap().port();
+    let t = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(8),
+        Client::cluster(&[format!("redis://127.0.0.1:{sport}")])
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(Duration::from_millis(200))
+            .build(),
+    )
+    .await
+    .expect("a cluster build() against a silent seed took 8 s");
+    let took = t.elapsed();
+    let Err(e) = r else {
+        panic!("a silent seed answered")
+    };
+    println!("FIGURE silent cluster seed: {e:?} ({e}) after {took:?}");
+    assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+    assert!(e.to_string().contains(&sport.to_string()), "{e}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    drop(silent);
+}
+
 /// README: "A guard remembers its owner, so it can be moved and unlocked anywhere."
 /// A guard taken in one task, moved into another, unlocks there; the lock is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

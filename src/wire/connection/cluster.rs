@@ -14,11 +14,11 @@ use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 use tokio::runtime::Handle;
 
 use super::lanes::Lanes;
-use super::open::{addrs_of, cluster_client, connect_cluster, connect_error};
+use super::open::{addrs_of, cluster_client, connect_cluster, connect_error, connect_timed_out};
 use super::replies::{parse_master_role, Synced};
 use crate::background::Background;
 use crate::config::{Config, ShardedPubSub};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::wire::slot::key_slot;
 
 /// The cluster's side of [`Conn`](super::Conn).
@@ -92,10 +92,7 @@ impl ClusterBackend {
         let name = config.connection_name();
         let conn = tokio::time::timeout(limit, connect_cluster(&client, &name))
             .await
-            .map_err(|_| Error::Timeout {
-                op: "connect",
-                after: limit,
-            })?
+            .map_err(|_| connect_timed_out(limit, &addrs_of(nodes)))?
             .map_err(|e| connect_error(e, config.connect_timeout, &addrs_of(nodes)))?;
         let addrs = format!("cluster {}", addrs_of(nodes));
         let replicas = Arc::new(ClusterReplicas {

@@ -185,7 +185,7 @@ pub(crate) fn connect_error(e: RedisError, timeout: Duration, addr: &str) -> Err
 }
 
 /// The error of a connect that ran out of its whole `limit`, naming the server.
-fn connect_timed_out(limit: Duration, addr: &str) -> Error {
+pub(super) fn connect_timed_out(limit: Duration, addr: &str) -> Error {
     let io = std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!("no connection within {limit:?}"),
