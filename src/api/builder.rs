@@ -43,8 +43,9 @@ impl ClientBuilder {
     /// it first), the connections of synced writes, and on Sentinel the short
     /// connections that ask the sentinels and the master who the master is, and the
     /// pub/sub connection of a single server or a Sentinel master (a RESP3 connection;
-    /// over RESP2, where a server refuses `HELLO`, it stays unnamed). On a cluster, redis-rs keeps a connection
-    /// per node inside each cluster connection and has no hook for when it opens one:
+    /// over RESP2, where a server refuses `HELLO`, it stays unnamed). On a cluster,
+    /// redis-rs keeps a connection per node inside each cluster connection and has no
+    /// hook for when it opens one:
     /// the node connections are named when the client opens a cluster connection (for
     /// commands, synced writes or pub/sub), and a pub/sub one again when its channels are
     /// subscribed again after it dropped, but one that redis-rs reopens on its own for

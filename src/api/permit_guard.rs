@@ -322,7 +322,8 @@ impl PermitExpirableSemaphore {
     }
 
     /// Tries for at most `wait` to take a permit with the fixed `lease`, as
-    /// [`acquire_permit_with_lease`](Self::acquire_permit_with_lease).    ///
+    /// [`acquire_permit_with_lease`](Self::acquire_permit_with_lease).
+    ///
     /// The lease comes first, then the wait: the other way round from Redisson's
     /// `tryAcquire(waitTime, leaseTime)` and from [`Lock::try_lock_for`](crate::Lock::try_lock_for),
     /// and both are a `Duration`, so code ported from Java compiles with them swapped.

@@ -239,7 +239,8 @@ impl PermitExpirableSemaphore {
 
     /// Tries for at most `wait` to take a permit with `lease` (Redisson's
     /// `tryAcquire(waitTime, leaseTime)`); a zero `wait` makes one try. `Ok(None)` when
-    /// none became available in time.    ///
+    /// none became available in time.
+    ///
     /// The lease comes first, then the wait: the other way round from Redisson's
     /// `tryAcquire(waitTime, leaseTime)` and from [`Lock::try_lock_for`](crate::Lock::try_lock_for),
     /// and both are a `Duration`, so code ported from Java compiles with them swapped.

@@ -270,7 +270,8 @@ impl PermitExpirableSemaphore {
         Ok(g.map(|g| self.guard(g)))
     }
 
-    /// Takes a permit with a fixed `lease`, waiting at most `wait`; `None` if none came.    ///
+    /// Takes a permit with a fixed `lease`, waiting at most `wait`; `None` if none came.
+    ///
     /// The lease comes first, then the wait: the other way round from Redisson's
     /// `tryAcquire(waitTime, leaseTime)` and from [`Lock::try_lock_for`](crate::Lock::try_lock_for),
     /// and both are a `Duration`, so code ported from Java compiles with them swapped.

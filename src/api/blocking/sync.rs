@@ -217,7 +217,8 @@ impl PermitExpirableSemaphore {
         self.runtime.run(self.inner.acquire(lease))
     }
 
-    /// Takes one permit for `lease`, waiting at most `wait`: `None` if none came.    ///
+    /// Takes one permit for `lease`, waiting at most `wait`: `None` if none came.
+    ///
     /// The lease comes first, then the wait: the other way round from Redisson's
     /// `tryAcquire(waitTime, leaseTime)` and from [`Lock::try_lock_for`](crate::Lock::try_lock_for),
     /// and both are a `Duration`, so code ported from Java compiles with them swapped.
